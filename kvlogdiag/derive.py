@@ -1,0 +1,370 @@
+"""Derived figures: resolve the facts into one configuration and compute bytes per token.
+
+Input: `LogFacts` from the extractor. Output: the analysis dictionary of the JSON contract
+(``docs/json-output.md``) without findings — identity, config, KV figures per rank, errors,
+runtime — plus ``figures``, the flat namespace rules are evaluated against.
+
+bytes_per_token = available GiB × 2**30 / tokens, paired within one engine (DP group) of one run;
+where several workers report, the smallest worker is paired with the smallest count first, since
+vLLM sizes the pool by its tightest worker. Where the log cannot support the figure
+(``num_gpu_blocks_override``, vLLM 0.20.x hybrid DeepSeek-V4), the figure is null and
+``bytes_per_token_note`` says why.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from typing import Any
+
+from kvlogdiag.facts import Fact, LogFacts
+
+GIB = 1 << 30
+AGREE_REL = 0.01
+
+# priority of config sources (higher wins); max_model_len/model prefer the engine's resolved value
+_SOURCE_PRIORITY = {
+    "non_default_args": 50, "args_namespace": 45, "engine_config": 40, "block_size_line": 55,
+    "free_memory_report": 30, "cuda_graph_equivalent": 29, "util_too_high_start": 28, "v0_profile": 27,
+    "chunked_prefill_line": 30, "partial_prefill_line": 30, "using_max_model_len": 20,
+    "server_version": 15, "logo": 14, "user_command": 10, "ascend_config": 5,
+}
+_ENGINE_FIRST = {"max_model_len": 60, "model": 60, "kv_cache_dtype": 60}
+
+_VERSION_PRIORITY = {"logo": 3, "server_version": 3, "engine_config": 2, "api_server_version": 1}
+
+
+def parse_version(text: str | None) -> tuple[int, ...] | None:
+    """``0.11.1rc3.dev29+g3fa`` → (0, 11, 1); None when it does not start with digits."""
+    if not text:
+        return None
+    m = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", text)
+    if not m:
+        return None
+    return tuple(int(g) for g in m.groups() if g is not None)
+
+
+def _priority(key: str, source: str) -> int:
+    if source == "engine_config" and key in _ENGINE_FIRST:
+        return _ENGINE_FIRST[key]
+    return _SOURCE_PRIORITY.get(source, 1)
+
+
+def resolve_config(facts: LogFacts) -> tuple[dict[str, Any], dict[str, Fact], dict[str, list]]:
+    """Pick one value per config key: the highest-priority source; runs that disagree → None."""
+    values: dict[str, Any] = {}
+    chosen: dict[str, Fact] = {}
+    conflicts: dict[str, list] = {}
+    for key, lst in facts.config.items():
+        best = max(_priority(key, f.source) for f in lst)
+        top = [f for f in lst if _priority(key, f.source) == best]
+        distinct = []
+        for f in top:
+            if not any(_same(f.value, d) for d in distinct):
+                distinct.append(f.value)
+        if len(distinct) > 1 and len({f.run for f in top}) > 1:
+            conflicts[key] = distinct
+            values[key] = None
+            chosen[key] = top[-1]
+        else:
+            values[key] = top[-1].value if len(distinct) > 1 else top[0].value
+            chosen[key] = top[-1] if len(distinct) > 1 else top[0]
+    return values, chosen, conflicts
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, float) or isinstance(b, float):
+        try:
+            return math.isclose(float(a), float(b), rel_tol=1e-9)
+        except (TypeError, ValueError):
+            return False
+    return a == b
+
+
+def _as_int(v: Any) -> int | None:
+    if isinstance(v, bool) or v is None:
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, str):
+        try:
+            return int(v.replace(",", "").replace("_", ""))
+        except ValueError:
+            return None
+    return None
+
+
+def _as_float(v: Any) -> float | None:
+    if isinstance(v, bool) or v is None:
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _as_bool(v: Any) -> bool | None:
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, str) and v in ("True", "False", "true", "false"):
+        return v.lower() == "true"
+    return None
+
+
+def _as_str(v: Any) -> str | None:
+    if v is None:
+        return None
+    if isinstance(v, str):
+        return v
+    if isinstance(v, (list, tuple)) and v:
+        return str(v[0])
+    return str(v)
+
+
+def resolve_version(facts: LogFacts) -> str | None:
+    if not facts.version:
+        return None
+    best = max(facts.version, key=lambda f: (_VERSION_PRIORITY.get(f.source, 0), -f.line))
+    return best.value
+
+
+def resolve_engine(facts: LogFacts, version: str | None) -> str | None:
+    explicit = [f for f in facts.engine if f.source == "engine_config"]
+    if explicit:
+        return explicit[0].value
+    v = parse_version(version)
+    if v is not None and v >= (0, 11):
+        return "v1"
+    kinds = [f.value for f in facts.engine]
+    if not kinds:
+        if facts.available or facts.stats.engines:
+            return "v1"
+        return None
+    # V0-only evidence beats a stray V1 line only when there is more of it
+    return "v1" if kinds.count("v1") >= kinds.count("v0") and "v1" in kinds else "v0"
+
+
+def resolve_platform(facts: LogFacts) -> str | None:
+    found = [f.value for f in facts.platform]
+    if not found:
+        return None
+    if "rocm" in found and all(p in ("rocm", "cuda") for p in found):
+        return "rocm"
+    for strong in ("npu", "cpu", "xpu", "tpu", "hpu"):
+        if strong in found:
+            return strong
+    return found[0]
+
+
+def kv_transfer_summary(ktc: Any) -> dict | None:
+    """Connector names, role and extra config from a logged KV transfer config."""
+    if not isinstance(ktc, dict):
+        return None
+    connector = ktc.get("kv_connector")
+    extra = ktc.get("kv_connector_extra_config") or {}
+    children: list[str] = []
+    if isinstance(extra, dict):
+        for c in extra.get("connectors") or []:
+            if isinstance(c, dict) and c.get("kv_connector"):
+                children.append(str(c["kv_connector"]))
+    return {"connector": connector, "kv_role": ktc.get("kv_role"), "children": children,
+            "all_connectors": [c for c in [connector, *children] if c]}
+
+
+def _dig_additional(ac: Any, key: str) -> Any:
+    if not isinstance(ac, dict):
+        return None
+    if key in ac:
+        return ac[key]
+    for sub in ("scheduler_config", "ascend_scheduler_config"):
+        if isinstance(ac.get(sub), dict) and key in ac[sub]:
+            return ac[sub][key]
+    return None
+
+
+def pair_bytes_per_token(facts: LogFacts, block_size: int | None) -> tuple[list[dict], list[str]]:
+    """Pair memory figures with token counts per (run, DP group)."""
+    notes: list[str] = []
+    pairs: list[dict] = []
+    groups: dict[tuple[int, int], dict[str, list[Fact]]] = {}
+    for f in facts.available:
+        groups.setdefault((f.run, f.dp), {}).setdefault("avail", []).append(f)
+    for f in facts.kv_budget:
+        groups.setdefault((f.run, f.dp), {}).setdefault("budget", []).append(f)
+    for f in facts.tokens:
+        groups.setdefault((f.run, f.dp), {}).setdefault("tokens", []).append(f)
+    v0_tokens: list[Fact] = []
+    if facts.blocks:
+        if block_size:
+            for f in facts.blocks:
+                t = Fact(f.value * block_size, f.line, f.rank, f.raw, "blocks", f.run, f.dp)
+                groups.setdefault((f.run, f.dp), {}).setdefault("tokens", []).append(t)
+                v0_tokens.append(t)
+        else:
+            notes.append("V0 '# blocks' counts cannot be turned into tokens: the log states no block size")
+    # runs whose engines printed memory only once (e.g. >=0.12 local rank 0 with DP on one node):
+    # fall back to the run's figures when a DP group has tokens but no memory line of its own
+    for (run, dp), g in sorted(groups.items()):
+        if "tokens" not in g:
+            continue
+        mem: list[tuple[Fact, float, str | None]] = [(f, f.value, f.rank) for f in g.get("avail", [])]
+        kind = "available"
+        if not mem:
+            budget = g.get("budget", [])
+            mem = [(f, f.value[1], f.rank) for f in budget]
+            kind = budget[0].value[0] if budget else kind
+        if not mem:
+            same_run = [f for (r, d), gg in groups.items() if r == run for f in gg.get("avail", [])]
+            mem = [(f, f.value, f.rank) for f in same_run]
+        if not mem:
+            continue
+        toks = g["tokens"]
+        if len(mem) == len(toks) and len(toks) > 1:
+            ms = sorted(mem, key=lambda x: x[1])
+            ts = sorted(toks, key=lambda f: f.value)
+            matched = list(zip(ms, ts))
+        else:
+            smallest = min(mem, key=lambda x: x[1])
+            matched = [(smallest, t) for t in toks]
+        for (mf, gib, rank), tf in matched:
+            tokens = tf.value
+            bpt = None
+            if tokens and tokens > 0 and gib > 0 and math.isfinite(gib):
+                bpt = gib * GIB / tokens
+            pairs.append({"rank": rank, "available_gib": gib, "tokens": tokens, "bytes_per_token": bpt,
+                          "memory_source": kind, "memory_line": mf.line, "tokens_line": tf.line,
+                          "dp": dp, "run": run})
+    return pairs, notes
+
+
+def derive(facts: LogFacts) -> dict[str, Any]:
+    """Turn facts into the analysis dictionary (without findings) and the rule namespace."""
+    cfg, chosen, conflicts = resolve_config(facts)
+    version = resolve_version(facts)
+    vt = parse_version(version)
+    engine = resolve_engine(facts, version)
+    platform = resolve_platform(facts)
+
+    block_size = _as_int(cfg.get("block_size"))
+    ktc = cfg.get("kv_transfer_config")
+    ktc = ktc if isinstance(ktc, dict) else None
+    ac = cfg.get("additional_config")
+    ac = ac if isinstance(ac, dict) else None
+
+    hma_disabled = _as_bool(cfg.get("disable_hybrid_kv_cache_manager"))
+    hma_events = [n for n in ("hma_disabled_hybrid_model", "hma_auto_off", "hma_chunked_local",
+                              "hma_explicit_unsupported", "hma_unify_failed") if facts.event_count(n)]
+    if hma_events:
+        hma_disabled = True
+    elif hma_disabled is None and any(len(f.value) > 1 for f in facts.events.get("kv_group_sizes", [])):
+        hma_disabled = False
+
+    pairs, notes = pair_bytes_per_token(facts, block_size)
+    values = [p["bytes_per_token"] for p in pairs if p["bytes_per_token"] is not None]
+    bpt: float | None = None
+    disagree = False
+    if values:
+        lo, hi = min(values), max(values)
+        if hi <= lo * (1 + AGREE_REL):
+            bpt = values[0] if len(set(values)) == 1 else statistics.median(values)
+        else:
+            bpt = statistics.median(values)
+            disagree = True
+    if pairs and not values:
+        notes.append("memory figure or token count is zero or negative: bytes per token is undefined")
+    if facts.event_count("num_gpu_blocks_override"):
+        notes.append("num_gpu_blocks_override decouples the token count from the memory figure: "
+                     "bytes per token cannot be read from this log")
+        bpt = None
+    model = _as_str(cfg.get("model"))
+    if vt is not None and (0, 20) <= vt < (0, 21) and model and re.search(r"deepseek[-_]?v4", model, re.I):
+        notes.append("vLLM 0.20.x prints a group-count token figure for hybrid DeepSeek-V4: "
+                     "Z/N is not a per-token cost in this version")
+        bpt = None
+    if facts.event_count("cp_multiply"):
+        notes.append("token count was multiplied by the context-parallel world size: "
+                     "per-rank bytes per token = figure × cp size")
+    kind = None
+    if bpt is not None:
+        if engine == "v0" or (vt is not None and vt < (0, 21)):
+            kind = "pool"
+        elif vt is not None:
+            kind = "effective"
+    if not pairs and facts.tokens and not facts.available and not facts.kv_budget:
+        notes.append("the log gives a token count but no KV memory figure (vLLM < 0.9.1 prints none)")
+
+    ik = facts.insufficient_kv[0].value if facts.insufficient_kv else None
+
+    st = facts.stats
+    tp = _as_int(cfg.get("tensor_parallel_size"))
+    pp = _as_int(cfg.get("pipeline_parallel_size"))
+    dp = _as_int(cfg.get("data_parallel_size"))
+    summary = kv_transfer_summary(ktc)
+
+    analysis: dict[str, Any] = {
+        "source": facts.source,
+        "lines_read": facts.lines_read,
+        "vllm": {"version": version, "engine": engine, "platform": platform},
+        "config": {
+            "model": model,
+            "tensor_parallel_size": tp,
+            "pipeline_parallel_size": pp,
+            "data_parallel_size": dp,
+            "max_model_len": _as_int(cfg.get("max_model_len")),
+            "block_size": block_size,
+            "gpu_memory_utilization": _as_float(cfg.get("gpu_memory_utilization")),
+            "kv_cache_dtype": _as_str(cfg.get("kv_cache_dtype")),
+            "max_num_batched_tokens": _as_int(cfg.get("max_num_batched_tokens")),
+            "max_num_seqs": _as_int(cfg.get("max_num_seqs")),
+            "max_num_partial_prefills": _as_int(cfg.get("max_num_partial_prefills")),
+            "max_long_partial_prefills": _as_int(cfg.get("max_long_partial_prefills")),
+            "long_prefill_token_threshold": _as_int(cfg.get("long_prefill_token_threshold")),
+            "enable_prefix_caching": _as_bool(cfg.get("enable_prefix_caching")),
+            "enforce_eager": _as_bool(cfg.get("enforce_eager")),
+            "disable_hybrid_kv_cache_manager": hma_disabled,
+            "kv_transfer_config": ktc,
+            "additional_config": ac,
+            "env": {k: f.value for k, f in sorted(facts.env.items())},
+            "conflicts": {k: v for k, v in conflicts.items()},
+        },
+        "kv_cache": {
+            "available_gib": [f.value for f in facts.available],
+            "kv_budget": [{"source": f.value[0], "gib": round(f.value[1], 6), "line": f.line} for f in facts.kv_budget],
+            "tokens": [f.value for f in facts.tokens],
+            "gpu_blocks": [f.value for f in facts.blocks],
+            "max_concurrency": [{"tokens_per_request": f.value[0], "concurrency": f.value[1]} for f in facts.concurrency],
+            "bytes_per_token": bpt,
+            "bytes_per_token_kind": kind,
+            "bytes_per_token_by_rank": [
+                {"rank": p["rank"], "available_gib": p["available_gib"], "tokens": p["tokens"],
+                 "bytes_per_token": p["bytes_per_token"], "dp_group": p["dp"], "run": p["run"],
+                 "memory_source": p["memory_source"], "memory_line": p["memory_line"], "tokens_line": p["tokens_line"]}
+                for p in pairs],
+            "bytes_per_token_note": "; ".join(notes) or None,
+            "ranks_disagree": disagree,
+        },
+        "errors": {
+            "insufficient_kv": ik,
+            "no_available_memory": facts.event_count("no_available_memory") > 0,
+            "startup_failed": facts.event_count("engine_failed") > 0,
+        },
+        "runtime": {
+            "preemptions": facts.preemption_warning_count,
+            "stats_lines": st.lines,
+            "kv_usage_max_pct": st.kv_usage_max,
+            "stats_preemptions_total": st.preemptions_total,
+            "recompute_preemptions": facts.recompute_preemptions,
+            "kv_usage_high_lines": st.kv_usage_high_lines,
+            "single_running_with_queue_lines": st.single_running_with_queue,
+            "busy_stats_lines": st.busy_lines,
+        },
+        "runs": facts.runs,
+        "memory": {k: [f.value for f in v] for k, v in sorted(facts.memory.items())},
+    }
+    analysis["kv_transfer"] = summary
+    analysis["_chosen"] = chosen
+    return analysis

@@ -1,0 +1,594 @@
+"""Extracting facts from lines: the pattern catalogue applied to a stream of `Line` objects.
+
+`Extractor.feed(line)` is called once per (candidate) line, in order, and keeps only small
+state, so it works the same for a 50-line paste, a 1 GB log and a live pipe. ``finish()`` returns
+the `LogFacts`. Deciding what the facts *mean* (which value wins, bytes per token) is left to
+``derive.py``.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Any, Callable
+
+from kvlogdiag.facts import Fact, LogFacts
+from kvlogdiag.patterns import STATS_TAIL, Pattern, catalogue
+from kvlogdiag.pyrepr import CLASS_KEY, parse_json_or_repr, parse_repr, scalar, split_key_values
+from kvlogdiag.reader import Line
+
+KV_USAGE_HIGH_PCT = 90.0
+
+# config keys kvlogdiag tracks; args dicts use argparse dest names
+CONFIG_KEYS = (
+    "model", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "max_model_len",
+    "block_size", "gpu_memory_utilization", "kv_cache_dtype", "max_num_batched_tokens", "max_num_seqs",
+    "max_num_partial_prefills", "max_long_partial_prefills", "long_prefill_token_threshold",
+    "enable_prefix_caching", "enforce_eager", "disable_hybrid_kv_cache_manager", "kv_transfer_config",
+    "additional_config", "enable_chunked_prefill", "kv_cache_memory_bytes", "num_gpu_blocks_override",
+    "prefix_cache_retention_interval", "swap_space", "cpu_offload_gb", "dtype", "quantization",
+    "served_model_name", "speculative_config", "enable_expert_parallel", "data_parallel_size_local",
+    "decode_context_parallel_size", "kv_offloading_size", "kv_offloading_backend", "async_scheduling",
+    "max_cudagraph_capture_size", "calculate_kv_scales",
+)
+_ARG_ALIASES = {"model_tag": "model", "tp": "tensor_parallel_size", "pp": "pipeline_parallel_size",
+                "dp": "data_parallel_size", "chunked_prefill_enabled": "enable_chunked_prefill",
+                "max_seq_len": "max_model_len", "kv_cache_memory": "kv_cache_memory_bytes"}
+_CLI_SHORT = {"-tp": "tensor_parallel_size", "-pp": "pipeline_parallel_size", "-dp": "data_parallel_size",
+              "-q": "quantization", "-O": "compilation_config"}
+_CLI_BOOL = {"disable_hybrid_kv_cache_manager", "enforce_eager", "enable_prefix_caching", "enable_chunked_prefill",
+             "enable_expert_parallel", "trust_remote_code", "async_scheduling", "skip_tokenizer_init"}
+_CLI_NEGATABLE = {"no_" + k: k for k in _CLI_BOOL} | {"no_disable_hybrid_kv_cache_manager": "disable_hybrid_kv_cache_manager"}
+
+_START_MARKERS = {"engine_config", "api_server_version", "server_version", "logo_version", "non_default_args",
+                  "args_namespace", "user_command"}
+_DP_RE = re.compile(r"(?:_DP|EngineCore_)(\d+)")
+_DEVICE_PLATFORM = {"cuda": "cuda", "npu": "npu", "cpu": "cpu", "xpu": "xpu", "tpu": "tpu", "hpu": "hpu",
+                    "rocm": "rocm", "ascend": "npu", "neuron": None}
+
+
+def _int(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return int(text.replace(",", "").replace("_", ""))
+    except ValueError:
+        return None
+
+
+def _float(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def dp_of_rank(rank: str | None) -> int:
+    """Data-parallel group of a process prefix: ``Worker_DP1_TP3`` → 1, ``EngineCore_DP2`` → 2."""
+    if not rank:
+        return 0
+    m = _DP_RE.search(rank)
+    return int(m.group(1)) if m else 0
+
+
+class Extractor:
+    """Feed lines in order; call `finish` for the facts."""
+
+    def __init__(self, source: str, kv_usage_high_pct: float = KV_USAGE_HIGH_PCT):
+        self.facts = LogFacts(source=source)
+        self.kv_high = kv_usage_high_pct
+        self._run = 0
+        self._run_has_kv = False
+        pats = catalogue()
+        self._by_kw: dict[str, list[Pattern]] = {}
+        for p in pats:
+            for kw in p.keywords:
+                self._by_kw.setdefault(kw, []).append(p)
+        kws = sorted(self._by_kw, key=len, reverse=True)
+        self._kw_re = re.compile("|".join(re.escape(k) for k in kws))
+        self._handlers: dict[str, Callable[[re.Match, Line, Fact], None]] = {
+            p.name: getattr(self, "_h_" + p.name) for p in pats
+        }
+        self._stats = next(p for p in pats if p.name == "stats")
+        self.listeners: list[Callable[[str, Fact], None]] = []
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    def feed(self, line: Line) -> None:
+        text = line.text
+        if "Avg prompt throughput" in text:  # the hot path on long logs
+            m = self._stats.regex.search(text)
+            if m:
+                self._h_stats(m, line, self._fact(None, line, "stats"))
+                return
+        seen: set[str] = set()
+        for km in self._kw_re.finditer(text):
+            for p in self._by_kw[km.group(0)]:
+                if p.name in seen:
+                    continue
+                seen.add(p.name)
+                m = p.regex.search(text)
+                if m is not None:
+                    if p.name in _START_MARKERS:
+                        self._maybe_new_run()
+                    self._handlers[p.name](m, line, self._fact(None, line, p.name))
+
+    def finish(self, lines_read: int, long_lines: int = 0) -> LogFacts:
+        self.facts.lines_read = lines_read
+        self.facts.long_lines = long_lines
+        self.facts.runs = self._run + 1
+        return self.facts
+
+    def _fact(self, value: Any, line: Line, source: str) -> Fact:
+        return Fact(value, line.number, line.rank, line.raw, source, self._run, dp_of_rank(line.rank))
+
+    def _with(self, fact: Fact, value: Any, source: str | None = None) -> Fact:
+        return Fact(value, fact.line, fact.rank, fact.raw, source or fact.source, fact.run, fact.dp)
+
+    def _maybe_new_run(self) -> None:
+        if self._run_has_kv:
+            self._run += 1
+            self._run_has_kv = False
+
+    def _kv_seen(self) -> None:
+        self._run_has_kv = True
+        self.facts.kv_sized = True
+
+    def _emit(self, kind: str, fact: Fact) -> None:
+        for cb in self.listeners:
+            cb(kind, fact)
+
+    def _config(self, key: str, fact: Fact, value: Any, source: str) -> None:
+        if value is None:
+            return
+        self.facts.add_config(key, self._with(fact, value, source))
+
+    def _event(self, name: str, fact: Fact) -> None:
+        self.facts.add_event(name, fact)
+        self._emit(name, fact)
+
+    # -- args / config -------------------------------------------------------------------------
+
+    def _args_dict(self, d: dict, fact: Fact, source: str) -> None:
+        for k, v in d.items():
+            if not isinstance(k, str):
+                continue
+            key = _ARG_ALIASES.get(k, k)
+            if key == "model" and k == "model_tag" and "model" in d:
+                continue
+            if key in CONFIG_KEYS:
+                if isinstance(v, dict) and v.get(CLASS_KEY):
+                    v = {kk: vv for kk, vv in v.items()}
+                if key in ("kv_transfer_config", "additional_config", "speculative_config") and isinstance(v, str):
+                    v = parse_json_or_repr(v)
+                self._config(key, fact, v, source)
+        self._emit("config", fact)
+
+    def _h_non_default_args(self, m: re.Match, line: Line, fact: Fact) -> None:
+        d = parse_repr(m.group("body"))
+        if isinstance(d, dict):
+            self._args_dict(d, fact, "non_default_args")
+
+    def _h_args_namespace(self, m: re.Match, line: Line, fact: Fact) -> None:
+        d = parse_repr("Namespace(" + m.group("body"))
+        if isinstance(d, dict):
+            d.pop(CLASS_KEY, None)
+            self._args_dict(d, fact, "args_namespace")
+
+    def _h_engine_config(self, m: re.Match, line: Line, fact: Fact) -> None:
+        kind = m.group("kind")
+        self.facts.engine.append(self._with(fact, "v1" if kind == "a V1" else "v0", "engine_config"))
+        if m.group("version"):
+            self.facts.version.append(self._with(fact, m.group("version"), "engine_config"))
+        kv = split_key_values(m.group("body"))
+        for k, raw in kv.items():
+            key = _ARG_ALIASES.get(k, k)
+            if key == "device_config":
+                dev = raw.strip("'\" ")
+                dm = re.search(r"(cuda|npu|cpu|xpu|tpu|hpu|rocm|neuron)", dev)
+                if dm and _DEVICE_PLATFORM.get(dm.group(1)):
+                    self.facts.platform.append(self._with(fact, _DEVICE_PLATFORM[dm.group(1)], "device_config"))
+                continue
+            if key in CONFIG_KEYS and key not in ("kv_transfer_config", "additional_config"):
+                self._config(key, fact, scalar(raw), "engine_config")
+        self._emit("config", fact)
+
+    def _h_user_command(self, m: re.Match, line: Line, fact: Fact) -> None:
+        cmd = m.group("cmd")
+        try:
+            toks = shlex.split(cmd)
+        except ValueError:
+            toks = cmd.split()
+        args: dict[str, Any] = {}
+        i = 0
+        if toks[:2] == ["vllm", "serve"] and len(toks) > 2 and not toks[2].startswith("-"):
+            args["model"] = toks[2]
+            i = 3
+        while i < len(toks):
+            t = toks[i]
+            if t in ("|", "2>&1", "&&", ";", ">", ">>"):
+                break
+            if t.startswith("-"):
+                name, _, val = t.partition("=")
+                dest = _CLI_SHORT.get(name) or name.lstrip("-").replace("-", "_")
+                if dest in _CLI_NEGATABLE and not val:
+                    args[_CLI_NEGATABLE[dest]] = dest.startswith("no_") and False
+                    i += 1
+                    continue
+                if dest in _CLI_BOOL and not val:
+                    args[dest] = True
+                    i += 1
+                    continue
+                if not val and i + 1 < len(toks) and not toks[i + 1].startswith("--"):
+                    val = toks[i + 1]
+                    i += 1
+                args[dest] = scalar(val) if dest not in ("kv_transfer_config", "additional_config") else parse_json_or_repr(val)
+            i += 1
+        self._args_dict(args, fact, "user_command")
+
+    def _h_vllm_env(self, m: re.Match, line: Line, fact: Fact) -> None:
+        for em in self._env_iter(line.text):
+            name, value = em
+            self.facts.env[name] = self._with(fact, value, "env")
+        self._emit("env", fact)
+
+    _ENV_ALL = re.compile(r"(?<![\w-])(?:export\s+)?(VLLM_[A-Z0-9_]+)=(\"[^\"]*\"|'[^']*'|[^\s,;)]+)")
+
+    def _env_iter(self, text: str):
+        for em in self._ENV_ALL.finditer(text):
+            yield em.group(1), em.group(2).strip("'\"")
+
+    def _h_env_unknown(self, m: re.Match, line: Line, fact: Fact) -> None:
+        self._event("env_unknown:" + m.group("name"), fact)
+
+    def _h_ascend_additional_config(self, m: re.Match, line: Line, fact: Fact) -> None:
+        self._config("ascend_config." + m.group("key"), fact, scalar(m.group("value")), "ascend_config")
+
+    # -- identification ------------------------------------------------------------------------
+
+    def _h_api_server_version(self, m, line, fact):
+        self.facts.version.append(self._with(fact, m.group("version"), "api_server_version"))
+
+    def _h_server_version(self, m, line, fact):
+        self.facts.version.append(self._with(fact, m.group("version"), "server_version"))
+        self._config("model", fact, m.group("model"), "server_version")
+
+    def _h_logo_version(self, m, line, fact):
+        self.facts.version.append(self._with(fact, m.group("version"), "logo"))
+
+    def _h_logo_model(self, m, line, fact):
+        self._config("model", fact, m.group("model"), "logo")
+
+    def _h_platform_detected(self, m, line, fact):
+        name = (m.group("platform") or m.group("plugin") or "").lower()
+        plat = _DEVICE_PLATFORM.get(name)
+        if plat:
+            self.facts.platform.append(self._with(fact, plat, "platform_line"))
+
+    def _h_rocm_evidence(self, m, line, fact):
+        self.facts.platform.append(self._with(fact, "rocm", "rocm_evidence"))
+
+    # -- KV sizing -----------------------------------------------------------------------------
+
+    def _h_kv_available_gib(self, m, line, fact):
+        gib = _float(m.group("gib"))
+        if gib is not None:
+            f = self._with(fact, gib)
+            self.facts.available.append(f)
+            self._kv_seen()
+            self._emit("available", f)
+
+    def _h_ascend_available_bytes(self, m, line, fact):
+        avail = _int(m.group("avail"))
+        if avail is not None:
+            f = self._with(fact, ("ascend_bytes", avail / 2**30, avail, _int(m.group("total"))))
+            self.facts.kv_budget.append(f)
+            self.facts.platform.append(self._with(fact, "npu", "ascend_bytes"))
+            self._kv_seen()
+            self._emit("kv_budget", f)
+
+    def _h_kv_cache_size(self, m, line, fact):
+        tokens = _int(m.group("tokens"))
+        if tokens is not None:
+            f = self._with(fact, tokens)
+            self.facts.tokens.append(f)
+            dev = m.group("device")
+            if dev in ("NPU", "CPU", "XPU", "TPU", "HPU"):
+                self.facts.platform.append(self._with(fact, dev.lower(), "kv_cache_size_device"))
+            self.facts.engine.append(self._with(fact, "v1", "kv_cache_size"))
+            self._kv_seen()
+            self._emit("tokens", f)
+
+    def _h_max_concurrency(self, m, line, fact):
+        tokens, conc = _int(m.group("tokens")), _float(m.group("concurrency"))
+        if tokens is not None and conc is not None:
+            f = self._with(fact, (tokens, conc))
+            self.facts.concurrency.append(f)
+            self._emit("concurrency", f)
+
+    def _h_gpu_blocks(self, m, line, fact):
+        blocks = _int(m.group("blocks"))
+        if blocks is None:
+            return
+        f = self._with(fact, blocks)
+        self.facts.blocks.append(f)
+        dev = m.group("device")
+        plat = {"cuda": "cuda", "npu": "npu", "rocm": "rocm", "TPU": "tpu", "HPU": "hpu", "xpu": "xpu", "XPU": "xpu"}.get(dev)
+        if plat:
+            self.facts.platform.append(self._with(fact, plat, "blocks_device"))
+        self.facts.engine.append(self._with(fact, "v0", "gpu_blocks"))
+        self._kv_seen()
+        self._emit("blocks", f)
+
+    def _budget(self, fact: Fact, kind: str, gib: float | None) -> None:
+        if gib is None:
+            return
+        f = self._with(fact, (kind, gib))
+        self.facts.kv_budget.append(f)
+        self._emit("kv_budget", f)
+
+    def _h_v0_profile_budget(self, m, line, fact):
+        self._config("gpu_memory_utilization", fact, _float(m.group("util")), "v0_profile")
+        self._memory("total_gib", fact, _float(m.group("total")))
+        self.facts.engine.append(self._with(fact, "v0", "v0_profile"))
+
+    def _h_v0_profile_kv(self, m, line, fact):
+        self._budget(fact, "v0_profile", _float(m.group("gib")))
+        self.facts.engine.append(self._with(fact, "v0", "v0_profile"))
+
+    def _h_v0_profile_results(self, m, line, fact):
+        self._budget(fact, "v0_profile", _float(m.group("gib")))
+        self._memory("total_gib", fact, _float(m.group("total")))
+        self._config("gpu_memory_utilization", fact, _float(m.group("util")), "v0_profile")
+        self.facts.engine.append(self._with(fact, "v0", "v0_profile"))
+
+    def _memory(self, key: str, fact: Fact, value: float | None) -> None:
+        if value is not None:
+            self.facts.memory.setdefault(key, []).append(self._with(fact, value, key))
+
+    def _h_model_loading(self, m, line, fact):
+        self._memory("weights_gib", fact, _float(m.group("gib")))
+
+    def _h_graph_capture(self, m, line, fact):
+        self._memory("cuda_graph_gib", fact, _float(m.group("gib")))
+
+    def _h_init_engine(self, m, line, fact):
+        self._event("init_engine", fact)
+
+    def _h_memory_profiling_v1(self, m, line, fact):
+        for key in ("non_kv", "peak", "non_torch", "weights"):
+            self._memory({"non_kv": "non_kv_gib", "peak": "activation_peak_gib", "non_torch": "non_torch_gib",
+                          "weights": "weights_gib"}[key], fact, _float(m.group(key)))
+
+    def _h_free_memory_report(self, m, line, fact):
+        self._config("gpu_memory_utilization", fact, _float(m.group("util")), "free_memory_report")
+        self._memory("total_gib", fact, _float(m.group("total")))
+        self._memory("free_at_start_gib", fact, _float(m.group("free")))
+        self._memory("budget_gib", fact, _float(m.group("budget")))
+        for key, name in (("weights", "weights_gib"), ("peak", "activation_peak_gib"),
+                          ("non_torch", "non_torch_gib"), ("graph", "cuda_graph_gib")):
+            if m.group(key):
+                self._memory(name, fact, _float(m.group(key)))
+
+    def _h_kv_cache_memory_bytes(self, m, line, fact):
+        self._budget(fact, "kv_cache_memory_bytes", _float(m.group("gib")))
+        self._kv_seen()
+
+    def _h_cuda_graph_estimate(self, m, line, fact):
+        self._memory("cuda_graph_estimate_gib", fact, _float(m.group("gib")))
+
+    def _h_cuda_graph_equivalent(self, m, line, fact):
+        self._config("gpu_memory_utilization", fact, _float(m.group("util")), "cuda_graph_equivalent")
+        self._memory("equivalent_utilization", fact, _float(m.group("equivalent")))
+
+    def _h_cpu_kv_budget(self, m, line, fact):
+        kind = "cpu_auto" if m.group("how") == "Auto" else "cpu_explicit"
+        self._budget(fact, kind, _float(m.group("gib")))
+        self.facts.platform.append(self._with(fact, "cpu", "cpu_kv_budget"))
+        self._kv_seen()
+
+    def _h_cpu_kvcache_space_default(self, m, line, fact):
+        self._budget(fact, "cpu_default", _float(m.group("gib")))
+        self.facts.platform.append(self._with(fact, "cpu", "cpu_kv_budget"))
+
+    def _h_kv_group_sizes(self, m, line, fact):
+        sizes = [int(x) for x in re.findall(r"\d+", m.group("sizes"))]
+        name = "kv_group_sizes" if m.group("what") == "cache group" else "kv_lcm_block_sizes"
+        self._event(name, self._with(fact, sizes))
+
+    def _h_num_gpu_blocks_override(self, m, line, fact):
+        self._event("num_gpu_blocks_override", self._with(fact, (_int(m.group("orig")), _int(m.group("override")))))
+
+    def _h_cp_multiply(self, m, line, fact):
+        self._event("cp_multiply", self._with(fact, _int(m.group("cp"))))
+
+    def _h_auto_fit(self, m, line, fact):
+        val = _int(m.group("fitted")) or _int(m.group("full"))
+        self._event("auto_fit", self._with(fact, (_int(m.group("orig")), val)))
+
+    def _h_block_size_set(self, m, line, fact):
+        for g in "abcdef":
+            if m.group(g):
+                self._config("block_size", fact, int(m.group(g)), "block_size_line")
+                return
+
+    def _h_using_max_model_len(self, m, line, fact):
+        self._config("max_model_len", fact, _int(m.group("n")), "using_max_model_len")
+
+    def _h_fp8_kv_cache(self, m, line, fact):
+        self._event("fp8_kv_cache", fact)
+
+    # -- errors --------------------------------------------------------------------------------
+
+    def _h_insufficient_kv(self, m, line, fact):
+        val = {"max_seq_len": _int(m.group("max_seq_len")), "needed_gib": _float(m.group("needed")),
+               "available_gib": _float(m.group("available")), "estimated_max_len": _int(m.group("estimate"))}
+        f = self._with(fact, val)
+        self.facts.insufficient_kv.append(f)
+        self._kv_seen()
+        self._emit("insufficient_kv", f)
+
+    def _h_insufficient_kv_v0(self, m, line, fact):
+        val = {"max_seq_len": _int(m.group("max_seq_len")), "needed_gib": None, "available_gib": None,
+               "estimated_max_len": _int(m.group("kv_tokens"))}
+        f = self._with(fact, val, "insufficient_kv_v0")
+        self.facts.insufficient_kv.append(f)
+        self.facts.engine.append(self._with(fact, "v0", "insufficient_kv_v0"))
+        self._kv_seen()
+        self._emit("insufficient_kv", f)
+
+    def _h_no_available_memory(self, m, line, fact):
+        self._event("no_available_memory", fact)
+        self._kv_seen()
+
+    def _h_util_too_high_start(self, m, line, fact):
+        self._config("gpu_memory_utilization", fact, _float(m.group("util")), "util_too_high_start")
+        self._event("util_too_high_start", self._with(fact, {"free_gib": _float(m.group("free")), "total_gib": _float(m.group("total")),
+                                                              "util": _float(m.group("util")), "desired_gib": _float(m.group("desired"))}))
+
+    def _h_auto_fit_failed(self, m, line, fact):
+        self._event("auto_fit_failed", fact)
+
+    def _h_memory_profiling_error(self, m, line, fact):
+        self._event("memory_profiling_error", fact)
+
+    def _h_cpu_worker_over_budget(self, m, line, fact):
+        self._event("cpu_worker_over_budget", fact)
+
+    def _h_engine_failed(self, m, line, fact):
+        self._event("engine_failed", fact)
+
+    def _h_block_exhaustion(self, m, line, fact):
+        self._event("block_exhaustion", fact)
+
+    # -- HMA -----------------------------------------------------------------------------------
+
+    def _h_hma_disabled_hybrid_model(self, m, line, fact):
+        self._event("hma_disabled_hybrid_model", fact)
+
+    def _h_hma_unify_failed(self, m, line, fact):
+        self._event("hma_unify_failed", fact)
+
+    def _h_hma_auto_off(self, m, line, fact):
+        self._event("hma_auto_off", self._with(fact, m.group("cause")))
+
+    def _h_hma_chunked_local(self, m, line, fact):
+        self._event("hma_chunked_local", fact)
+
+    def _h_hma_explicit_unsupported(self, m, line, fact):
+        self._event("hma_explicit_unsupported", fact)
+
+    # -- retention / scheduler / recompute -----------------------------------------------------
+
+    def _h_retention_not_multiple(self, m, line, fact):
+        self._event("retention_not_multiple", self._with(fact, (_int(m.group("value")), _int(m.group("block")))))
+
+    def _h_retention_no_swa(self, m, line, fact):
+        self._event("retention_no_swa", fact)
+
+    def _h_retention_env_deprecated(self, m, line, fact):
+        self._event("retention_env_deprecated", fact)
+
+    def _h_chunked_prefill(self, m, line, fact):
+        self._config("max_num_batched_tokens", fact, _int(m.group("tokens")), "chunked_prefill_line")
+
+    def _h_partial_prefills(self, m, line, fact):
+        self._config("max_num_partial_prefills", fact, _int(m.group("partial")), "partial_prefill_line")
+        self._config("max_long_partial_prefills", fact, _int(m.group("long")), "partial_prefill_line")
+        self._config("long_prefill_token_threshold", fact, _int(m.group("threshold")), "partial_prefill_line")
+
+    def _h_partial_prefill_errors(self, m, line, fact):
+        self._event("partial_prefill_error", fact)
+
+    def _h_param_reset(self, m, line, fact):
+        self._event("param_reset:" + m.group("param"), self._with(fact, m.group("action")))
+
+    def _h_batched_tokens_checks(self, m, line, fact):
+        self._event("batched_tokens_check", self._with(fact, (m.group("what"), _int(m.group("tokens")), _int(m.group("other")))))
+
+    def _h_recompute_ignored_p_node(self, m, line, fact):
+        self._event("recompute_ignored_p_node", fact)
+
+    def _h_recompute_role_error(self, m, line, fact):
+        self._event("recompute_role_error", self._with(fact, (m.group("role") or "").strip("'") or None))
+
+    def _h_recompute_deprecated_top_level(self, m, line, fact):
+        self._event("recompute_deprecated_top_level", fact)
+
+    def _h_recompute_offload_connector(self, m, line, fact):
+        self._event("recompute_offload_connector", self._with(fact, {
+            "role": m.group("role"), "per_rank_gb": _float(m.group("per_rank_gb")),
+            "world_size": _int(m.group("world_size")), "offload_prefix_caching": m.group("prefix") == "True"}))
+
+    def _h_recompute_runtime(self, m, line, fact):
+        what = m.group("what")
+        if what == "Preempted request":
+            self.facts.recompute_preemptions += 1
+            if self.facts.recompute_first is None:
+                self.facts.recompute_first = fact
+            self._emit("recompute_preempted", fact)
+        else:
+            self._event("recompute_" + ("offload" if "offload" in what else "triggered"), fact)
+
+    # -- runtime -------------------------------------------------------------------------------
+
+    def _h_v0_preemption(self, m, line, fact):
+        self.facts.preemption_warning_count += 1
+        if len(self.facts.preemption_warnings) < 50:
+            self.facts.preemption_warnings.append(fact)
+        self.facts.engine.append(self._with(fact, "v0", "v0_preemption"))
+        self._emit("preemption_warning", fact)
+
+    def _h_stats(self, m, line, fact):
+        st = self.facts.stats
+        st.lines += 1
+        running = int(m.group("running"))
+        waiting_s = m.group("waiting") if m.group("waiting") is not None else m.group("pending")
+        waiting = int(waiting_s) if waiting_s is not None else 0
+        if m.group("engine") is not None:
+            st.engines.add(int(m.group("engine")))
+        if m.group("swapped") is not None:
+            self.facts.engine.append(self._with(fact, "v0", "v0_stats")) if not self.facts.engine else None
+        st.running_max = running if st.running_max is None else max(st.running_max, running)
+        st.waiting_max = waiting if st.waiting_max is None else max(st.waiting_max, waiting)
+        if running or waiting:
+            st.busy_lines += 1
+        if running == 1 and waiting > 0:
+            st.single_running_with_queue += 1
+            if st.single_running_first is None:
+                st.single_running_first = fact
+            self._emit("single_running", fact)
+        rest = m.group("rest")
+        if rest:
+            for tm in STATS_TAIL.finditer(rest):
+                if tm.group("preemptions") is not None:
+                    p = int(tm.group("preemptions"))
+                    st.preemptions_total += p
+                    if p:
+                        st.preemption_lines += 1
+                        if st.preemption_first is None:
+                            st.preemption_first = fact
+                        self._emit("stats_preemptions", self._with(fact, p))
+                elif tm.group("kv_usage") is not None:
+                    u = float(tm.group("kv_usage"))
+                    st.kv_usage_samples += 1
+                    if st.kv_usage_max is None or u > st.kv_usage_max:
+                        st.kv_usage_max = u
+                        st.kv_usage_max_fact = fact
+                    if u >= self.kv_high:
+                        st.kv_usage_high_lines += 1
+                        if st.kv_usage_high_first is None:
+                            st.kv_usage_high_first = fact
+                        st.kv_usage_high_last_line = fact.line
+                        self._emit("kv_usage_high", self._with(fact, u))
+                    if tm.group("device") in ("NPU",):
+                        pass
+                elif tm.group("hit") is not None:
+                    st.prefix_hit_last = float(tm.group("hit"))
+
+    def _h_startup_complete(self, m, line, fact):
+        if self.facts.startup_complete is None:
+            self.facts.startup_complete = fact
+        self._emit("startup_complete", fact)

@@ -1,0 +1,352 @@
+"""The catalogue of vLLM / vLLM-Ascend log lines kvlogdiag understands.
+
+Each `Pattern` has a name, the vLLM versions it covers, one or more literal *keywords* (a line
+is only tried against the pattern when a keyword occurs in it — this is also what the fast
+reader uses to skip every other line without decoding it), a regular expression with named
+groups, and real sample lines with the groups they must yield. ``tests/test_patterns.py``
+checks every sample, so the catalogue documents itself and cannot rot silently.
+
+Formats come from the facts document (``vllm-log-format.md`` sections 2–11) and real logs.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """One kind of log line."""
+
+    name: str
+    versions: str
+    keywords: tuple[str, ...]
+    regex: re.Pattern[str]
+    samples: tuple[tuple[str, dict], ...] = field(default=())
+    doc: str = ""
+
+
+_NUM = r"-?\d+(?:\.\d+)?"
+_CATALOGUE: list[Pattern] = []
+
+
+def pat(name: str, versions: str, keywords: str | tuple[str, ...], regex: str, samples=(), doc: str = "") -> None:
+    kws = (keywords,) if isinstance(keywords, str) else tuple(keywords)
+    _CATALOGUE.append(Pattern(name, versions, kws, re.compile(regex), tuple(samples), doc))
+
+
+# --- identification (facts §2) -----------------------------------------------------------------
+pat("api_server_version", "<=0.14 (openai server)", "vLLM API server version",
+    r"vLLM API server version (?P<version>[\w.+-]+)",
+    [("INFO 07-03 14:17:08 api_server.py:712] vLLM API server version 0.6.3.post1", {"version": "0.6.3.post1"}),
+     ("INFO 03-18 12:03:55 [api_server.py:1354] vLLM API server version 0.13.0+faa43dbf.nv26.01",
+      {"version": "0.13.0+faa43dbf.nv26.01"})])
+pat("server_version", ">=0.16 (logo off)", "vLLM server version",
+    r"vLLM server version (?P<version>[\w.+-]+), serving model (?P<model>\S+)",
+    [("INFO 11-29 08:40:01 [api_server.py:1501] vLLM server version 0.33.0, serving model Qwen/Qwen3-32B",
+      {"version": "0.33.0", "model": "Qwen/Qwen3-32B"})])
+pat("logo_version", ">=0.16 (ASCII logo, 2nd line)", "  version ",
+    r"[\u2580-\u259f][\u2580-\u259f ]*\s{2}version (?P<version>[\w.+-]+)\s*$",
+    [("INFO 06-13 20:03:12 [api_utils.py:339]  \u2584\u2584 \u2584\u2588 \u2588     \u2588     \u2588 \u2580\u2584\u2580 \u2588  version 0.22.1rc1.dev495+g2ecf7d0eb",
+      {"version": "0.22.1rc1.dev495+g2ecf7d0eb"})])
+pat("logo_model", ">=0.16 (ASCII logo, 3rd line)", "  model   ",
+    r"[\u2580-\u259f][\u2580-\u259f ]*\s{2}model\s{3}(?P<model>\S+)\s*$",
+    [("INFO 06-13 20:03:12 [api_utils.py:339]   \u2588\u2584\u2588\u2580 \u2588     \u2588     \u2588     \u2588  model   Qwen/Qwen2.5-1.5B-Instruct",
+      {"model": "Qwen/Qwen2.5-1.5B-Instruct"})])
+pat("args_namespace", "<=0.8.5 (and benchmarks)", "Namespace(",
+    r"(?:args: )?Namespace\((?P<body>.*)\)?\s*$",
+    [("INFO 11-18 17:10:46 api_server.py:586] args: Namespace(subparser='serve', model_tag='m', max_model_len=None, block_size=16)",
+      {"body": "subparser='serve', model_tag='m', max_model_len=None, block_size=16)"})])
+pat("non_default_args", ">=0.9.0", "non-default args: ",
+    r"non-default args: (?P<body>\{.*)$",
+    [("(APIServer pid=2231) INFO 07-03 14:17:08 [utils.py:328] non-default args: {'model_tag': 'meta-llama/Llama-3.1-70B-Instruct', 'max_model_len': 65536}",
+      {"body": "{'model_tag': 'meta-llama/Llama-3.1-70B-Instruct', 'max_model_len': 65536}"})])
+pat("engine_config", "all (V0 'an LLM engine', 0.7-0.10 'a V0', >=0.7 'a V1')", " LLM engine ",
+    r"Initializing (?P<kind>an|a V0|a V1) LLM engine(?: \(v(?P<version>[^)\s]+)\))? with config: (?P<body>.*)$",
+    [("INFO 07-03 14:17:21 [core.py:76] Initializing a V1 LLM engine (v0.10.2) with config: model='m', max_seq_len=65536, tensor_parallel_size=4",
+      {"kind": "a V1", "version": "0.10.2", "body": "model='m', max_seq_len=65536, tensor_parallel_size=4"}),
+     ("INFO 01-16 09:11:23 llm_engine.py:70] Initializing an LLM engine with config: model='h2oai/x', tokenizer='h2oai/x'",
+      {"kind": "an", "version": None, "body": "model='h2oai/x', tokenizer='h2oai/x'"})])
+pat("platform_detected", "all", ("detected platform", "Platform plugin"),
+    r"(?:Automatically detected platform (?P<platform>\w+)\.|Platform plugin (?P<plugin>\w+) is activated)",
+    [("INFO 05-01 10:00:00 [__init__.py:235] Automatically detected platform rocm.", {"platform": "rocm"}),
+     ("INFO 08-20 10:10:00 [__init__.py:220] Platform plugin ascend is activated", {"plugin": "ascend"})])
+pat("rocm_evidence", "all (ROCm builds print device_config=cuda)", ("ROCm", "rocm", "librccl"),
+    r"(?P<evidence>Using ROCmFlashAttention|on ROCm|\[rocm\.py:|librccl|Automatically detected platform rocm|ROCm \d)",
+    [("WARNING 03-08 08:22:21 [gpt_oss_triton_kernels_moe.py:56] Using legacy triton_kernels on ROCm", {"evidence": "on ROCm"}),
+     ("INFO 05-01 05:25:26 selector.py:38] Using ROCmFlashAttention backend.", {"evidence": "Using ROCmFlashAttention"})])
+pat("user_command", "any (the launch command pasted above a log)", ("vllm serve", "api_server", "vllm.entrypoints", "benchmark_"),
+    r"^(?:[^\s]*[#$] )?(?:\S+=\S+ )*(?P<cmd>(?:vllm serve|python3? -m vllm\.entrypoints\.\S+|python3? \S*(?:api_server|benchmark_\w+)\.py)\b.*)$",
+    [("$ vllm serve /home/models/Qwen3/Qwen3-4B --max-model-len 4096 --gpu-memory-utilization 0.8",
+      {"cmd": "vllm serve /home/models/Qwen3/Qwen3-4B --max-model-len 4096 --gpu-memory-utilization 0.8"})])
+pat("vllm_env", "any (env dumps, shell exports, command prefixes)", "VLLM_",
+    r"(?<![\w-])(?:export\s+)?(?P<name>VLLM_[A-Z0-9_]+)=(?P<value>\"[^\"]*\"|'[^']*'|[^\s,;)]+)",
+    [("export VLLM_PREFIX_CACHE_RETENTION_INTERVAL=4096", {"name": "VLLM_PREFIX_CACHE_RETENTION_INTERVAL", "value": "4096"}),
+     ("root@rocm:/app# VLLM_USE_TRITON_FLASH_ATTN=0 python benchmark_throughput.py", {"name": "VLLM_USE_TRITON_FLASH_ATTN", "value": "0"})])
+pat("env_unknown", ">=0.17", "Unknown vLLM environment variable",
+    r"Unknown vLLM environment variable detected: (?P<name>VLLM_[A-Z0-9_]+)",
+    [("WARNING 11-29 08:40:00 [envs.py:1700] Unknown vLLM environment variable detected: VLLM_PREFIX_CACHE_RETENTION_INTERVAL",
+      {"name": "VLLM_PREFIX_CACHE_RETENTION_INTERVAL"})])
+
+# --- KV-cache startup lines (facts §3) -----------------------------------------------------------
+pat("kv_available_gib", ">=0.9.1 (every worker 0.9.1-0.11; local rank 0 >=0.12)", "Available KV cache memory",
+    r"Available KV cache memory: (?P<gib>" + _NUM + r") Gi?B",
+    [("(Worker_TP2 pid=2522) INFO 07-03 14:19:40 [gpu_worker.py:298] Available KV cache memory: 37.01 GiB", {"gib": "37.01"}),
+     ("INFO 09-01 10:00:00 [gpu_worker.py:276] Available KV cache memory: -1.66 GiB", {"gib": "-1.66"})])
+pat("ascend_available_bytes", "vLLM-Ascend <= ~v0.14", "Available memory: ",
+    r"Available memory: (?P<avail>-?\d+), total memory: (?P<total>\d+)",
+    [("(Worker_TP0 pid=3301) INFO 10-21 09:00:01 [worker_v1.py:256] Available memory: 26165529804, total memory: 65452113920",
+      {"avail": "26165529804", "total": "65452113920"})])
+pat("kv_cache_size", ">=0.8 (device word varies >=0.30; merged with concurrency >=0.28)", " KV cache size: ",
+    r"(?P<device>GPU|NPU|CPU|XPU|TPU|HPU)(?P<host> \+ host)? KV cache size: (?P<tokens>[\d,]+) tokens",
+    [("INFO 07-03 14:19:41 [kv_cache_utils.py:864] GPU KV cache size: 485,088 tokens", {"device": "GPU", "tokens": "485,088"}),
+     ("(EngineCore pid=131) INFO 11-29 08:41:13 [kv_cache_utils.py:1147] NPU KV cache size: 1,032,944 tokens, Maximum concurrency for 131,072 tokens per request: 7.88x",
+      {"device": "NPU", "tokens": "1,032,944"})])
+pat("max_concurrency", ">=0.6.3", "Maximum concurrency for ",
+    r"Maximum concurrency for (?P<tokens>[\d,]+) tokens per request: (?P<concurrency>[\d.]+)x",
+    [("INFO 07-03 14:17:32 executor_base.py:116] Maximum concurrency for 32768 tokens per request: 13.69x",
+      {"tokens": "32768", "concurrency": "13.69"}),
+     ("GPU KV cache size: 1,032,944 tokens, Maximum concurrency for 131,072 tokens per request: 7.88x",
+      {"tokens": "131,072", "concurrency": "7.88"})])
+pat("gpu_blocks", "V0 all; V1 prototype 0.6.6-0.7", " blocks: ",
+    r"# (?P<device>GPU|cuda|npu|rocm|TPU|HPU|XPU|xpu|neuron|CPU) blocks: (?P<blocks>\d+)(?:, # CPU blocks: (?P<cpu_blocks>\d+))?",
+    [("INFO 07-03 14:17:32 executor_base.py:111] # cuda blocks: 28047, # CPU blocks: 2048",
+      {"device": "cuda", "blocks": "28047", "cpu_blocks": "2048"}),
+     ("INFO 01-16 09:11:27 llm_engine.py:294] # GPU blocks: 1011, # CPU blocks: 2048", {"device": "GPU", "blocks": "1011"})])
+pat("v0_profile_budget", "~0.6.4-0.10 V0", "total_gpu_memory (",
+    r"total_gpu_memory \((?P<total>[\d.]+) ?GiB\) x gpu_memory_utilization \((?P<util>[\d.]+)\) = (?P<budget>[\d.]+) ?GiB",
+    [("INFO 07-03 14:17:31 worker.py:232] the current vLLM instance can use total_gpu_memory (79.10GiB) x gpu_memory_utilization (0.90) = 71.19GiB",
+      {"total": "79.10", "util": "0.90", "budget": "71.19"})])
+pat("v0_profile_kv", "~0.6.5-0.10 V0", "reserved for KV Cache is",
+    r"reserved for KV Cache is (?P<gib>" + _NUM + r") ?GiB",
+    [("INFO 07-03 14:17:31 worker.py:232] model weights take 14.99GiB; non_torch_memory takes 0.19GiB; PyTorch activation peak memory takes 1.23GiB; the rest of the memory reserved for KV Cache is 54.78GiB.",
+      {"gib": "54.78"})])
+pat("v0_profile_results", "0.6.4 V0", "Memory profiling results:",
+    r"Memory profiling results:.*?total_gpu_memory=(?P<total>[\d.]+)GiB.*?kv_cache_size=(?P<gib>" + _NUM + r")GiB(?:.*?gpu_memory_utilization=(?P<util>[\d.]+))?",
+    [("INFO 11-18 17:11:01 worker.py:232] Memory profiling results: total_gpu_memory=44.42GiB initial_memory_usage=8.19GiB peak_torch_memory=8.70GiB memory_usage_post_profile=8.26GiB non_torch_memory=0.73GiB kv_cache_size=30.55GiB gpu_memory_utilization=0.90",
+      {"total": "44.42", "gib": "30.55", "util": "0.90"})])
+pat("model_loading", "all (wording and unit vary)", (" took ",),
+    r"(?:Model loading took|Loading model weights took) (?P<gib>[\d.]+) ?(?P<unit>GiB|GB)",
+    [("INFO 07-03 14:19:02 [gpu_model_runner.py:2007] Model loading took 32.8874 GiB and 88.412113 seconds", {"gib": "32.8874"}),
+     ("INFO 05-01 05:25:40 model_runner.py:175] Loading model weights took 13.4966 GB", {"gib": "13.4966", "unit": "GB"})])
+pat("graph_capture", "all (GiB >=0.6.4)", "Graph capturing finished",
+    r"Graph capturing finished in (?P<secs>[\d.]+) secs?(?:, took (?P<gib>" + _NUM + r") GiB)?",
+    [("INFO 07-03 14:19:58 [gpu_model_runner.py:2708] Graph capturing finished in 12 secs, took 0.55 GiB", {"secs": "12", "gib": "0.55"})])
+pat("init_engine", ">=0.8 V1", "init engine (profile",
+    r"init engine \(profile, create kv cache, warmup model\) took (?P<secs>[\d.]+) s",
+    [("INFO 07-03 14:20:05 [core.py:218] init engine (profile, create kv cache, warmup model) took 64.31 seconds", {"secs": "64.31"})])
+pat("memory_profiling_v1", "V1 (DEBUG)", "Total non KV cache memory",
+    r"Total non KV cache memory: (?P<non_kv>[\d.]+) ?GiB; (?:torch peak memory increase|total consumed \(from mem_get_info\)): (?P<peak>[\d.]+) ?GiB; non-torch forward increase memory: (?P<non_torch>[\d.]+) ?GiB; weights memory: (?P<weights>[\d.]+) ?GiB",
+    [("DEBUG 07-03 14:19:40 [gpu_worker.py:290] Memory profiling takes 5.12 seconds. Total non KV cache memory: 34.2GiB; torch peak memory increase: 1.1GiB; non-torch forward increase memory: 0.2GiB; weights memory: 32.89GiB.",
+      {"non_kv": "34.2", "peak": "1.1", "non_torch": "0.2", "weights": "32.89"})])
+pat("free_memory_report", "0.10.2+ (INFO 0.10.2, DEBUG 0.11-0.25, INFO >=0.26)", "Desired GPU memory utilization is (",
+    r"Free memory on device (?:\S+ )?\((?P<free>[\d.]+)/(?P<total>[\d.]+) GiB\) on startup\. Desired GPU memory utilization is \((?P<util>[\d.]+), (?P<budget>[\d.]+) GiB\)\.(?: Actual usage is (?P<weights>[\d.]+) GiB for weight, (?P<peak>[\d.]+) GiB for peak activation, (?P<non_torch>[\d.]+) GiB for non-torch memory, and (?P<graph>[\d.]+) GiB for CUDAGraph memory)?",
+    [("INFO 09-23 18:12:39 [gpu_worker.py:391] Free memory on device (78.66/79.19 GiB) on startup. Desired GPU memory utilization is (0.9, 71.27 GiB). Actual usage is 14.08 GiB for weight, 1.97 GiB for peak activation, 0.07 GiB for non-torch memory, and 0.66 GiB for CUDAGraph memory.",
+      {"free": "78.66", "total": "79.19", "util": "0.9", "budget": "71.27", "weights": "14.08", "graph": "0.66"})])
+pat("kv_cache_memory_bytes", "0.10+ with --kv-cache-memory-bytes", "as specified by kv_cache_memory_bytes",
+    r"Initial free memory (?P<free>[\d.]+) GiB, reserved (?P<gib>[\d.]+) GiB (?:memory )?for KV Cache as specified by kv_cache_memory_bytes",
+    [("INFO 10-01 10:00:00 [gpu_worker.py:270] Initial free memory 78.5 GiB, reserved 20.0 GiB memory for KV Cache as specified by kv_cache_memory_bytes config and skipped memory profiling.",
+      {"free": "78.5", "gib": "20.0"})])
+pat("cuda_graph_estimate", ">=0.19", "Estimated CUDA graph memory",
+    r"Estimated CUDA graph memory: (?P<gib>[\d.]+) GiB total",
+    [("INFO 11-29 08:41:10 [gpu_worker.py:330] Estimated CUDA graph memory: 1.25 GiB total", {"gib": "1.25"})])
+pat("cuda_graph_equivalent", ">=0.19", "is equivalent to --gpu-memory-utilization",
+    r"--gpu-memory-utilization=(?P<util>[\d.]+) is equivalent to --gpu-memory-utilization=(?P<equivalent>[\d.]+)",
+    [("INFO 11-29 08:41:10 [gpu_worker.py:340] CUDA graph memory profiling is enabled (default since v0.21.0). The current --gpu-memory-utilization=0.9000 is equivalent to --gpu-memory-utilization=0.8842 without CUDA graph memory profiling.",
+      {"util": "0.9000", "equivalent": "0.8842"})])
+pat("cpu_kv_budget", "CPU backend >=0.20", "GiB for KV cache on node",
+    r"(?P<how>Auto|Explicitly) set \((?P<gib>[\d.]+)/(?P<total>[\d.]+)\) GiB for KV cache on node (?P<node>\d+)",
+    [("(Worker pid=19850) INFO 06-13 20:03:57 [cpu_worker.py:235] Auto set (1.48/18.0) GiB for KV cache on node 0, with 5.4 GiB requested memory for the worker.",
+      {"how": "Auto", "gib": "1.48", "total": "18.0", "node": "0"})])
+pat("cpu_kvcache_space_default", "CPU backend <= ~0.19", "VLLM_CPU_KVCACHE_SPACE (GiB)",
+    r"VLLM_CPU_KVCACHE_SPACE \(GiB\) for CPU backend is not set, using (?P<gib>\d+) by default",
+    [("WARNING 05-01 10:00:00 cpu_executor.py:320] Environment variable VLLM_CPU_KVCACHE_SPACE (GiB) for CPU backend is not set, using 4 by default.",
+      {"gib": "4"})])
+pat("kv_group_sizes", ">=0.30 (only with >1 KV cache group)", ("kv cache group sizes", "kv lcm block sizes"),
+    r"kv (?P<what>cache group|lcm block) sizes (?P<sizes>[\[(][\d, ]*[\])])",
+    [("INFO 11-29 08:41:12 [kv_cache_utils.py:1020] kv cache group sizes (16, 4096)", {"what": "cache group", "sizes": "(16, 4096)"})])
+pat("num_gpu_blocks_override", "V1 all", "num_gpu_blocks_override",
+    r"Overriding num_gpu_blocks=(?P<orig>\d+) with num_gpu_blocks_override=(?P<override>\d+)",
+    [("INFO 10-01 10:00:00 [kv_cache_utils.py:700] Overriding num_gpu_blocks=30315 with num_gpu_blocks_override=512",
+      {"orig": "30315", "override": "512"})])
+pat("cp_multiply", "~0.11-0.20 with DCP/PCP > 1", "Multiplying the GPU KV cache size",
+    r"Multiplying the GPU KV cache size by the cp_world_size (?P<cp>\d+)",
+    [("INFO 10-01 10:00:00 [kv_cache_utils.py:1100] Multiplying the GPU KV cache size by the cp_world_size 4 (pcp_world_size 1 * dcp_world_size 4).",
+      {"cp": "4"})])
+pat("auto_fit", ">=0.14 (--max-model-len auto)", "Auto-fit max_model_len",
+    r"Auto-fit max_model_len: (?:reduced from (?P<orig>\d+) to (?P<fitted>\d+)|full model context length (?P<full>\d+) fits)",
+    [("INFO 11-29 08:41:13 [kv_cache_utils.py:900] Auto-fit max_model_len: reduced from 131072 to 98304 to fit in available GPU memory (12.5 GiB available for KV cache)",
+      {"orig": "131072", "fitted": "98304"})])
+pat("block_size_set", "all (backend overrides, vLLM-Ascend)", ("block size to", "attention block size", "Block size is set to", "block size must be set to"),
+    r"(?:Setting kv cache block size to (?P<a>\d+)|Forcing kv cache block size to (?P<b>\d+)|Setting attention block size to (?P<c>\d+) tokens|Block size is set to (?P<d>\d+) if prefix cache|block size must be set to (?P<e>\d+)|Setting block size to (?P<f>\d+) for better performance)",
+    [("INFO 11-29 08:41:00 [cuda.py:200] Setting kv cache block size to 64 for FlashMLA backend(s).", {"a": "64"}),
+     ("INFO 09-01 10:00:00 [config.py:100] Setting attention block size to 528 tokens to ensure that attention page size is >= mamba page size.", {"c": "528"}),
+     ("WARNING 08-20 10:10:02 [platform.py:300] For deepseek_v4 model, block size should be 32, 64 or 128. Setting block size to 32 for better performance.", {"f": "32"})])
+pat("using_max_model_len", "0.10-0.17", "Using max model len",
+    r"Using max model len (?P<n>\d+)",
+    [("(APIServer pid=508613) INFO 03-08 08:22:23 [model.py:1554] Using max model len 4096", {"n": "4096"})])
+pat("fp8_kv_cache", "all", ("fp8 data type to store kv cache", "fp8_ds_mla KV cache format"),
+    r"(?P<what>Using fp8 data type to store kv cache|Using DeepSeek's fp8_ds_mla KV cache format)",
+    [("INFO 03-18 12:07:03 [cuda.py:300] Using fp8 data type to store kv cache. It reduces the GPU memory footprint", {"what": "Using fp8 data type to store kv cache"})])
+
+# --- fatal KV-capacity errors (facts §5) ----------------------------------------------------------
+pat("insufficient_kv", "0.7+ (GB <=0.7; estimate missing in 0.8.x; models's <=0.22)", "max seq len (",
+    r"models?'s max seq len \((?P<max_seq_len>\d+)\), \((?P<needed>" + _NUM + r") Gi?B KV cache is needed, which is larger than the available KV cache memory \((?P<available>" + _NUM + r") Gi?B\)(?:\.\s*Based on the available memory,\s*(?:the estimated maximum model length is (?P<estimate>\d+))?)?",
+    [("ValueError: To serve at least one request with the models's max seq len (2048), (1.00 GiB KV cache is needed, which is larger than the available KV cache memory (0.26 GiB). Based on the available memory, the estimated maximum model length is 512. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.",
+      {"max_seq_len": "2048", "needed": "1.00", "available": "0.26", "estimate": "512"}),
+     ("ValueError: To serve at least one request with the models's max seq len (32768), (4.00 GiB KV cache is needed, which is larger than the available KV cache memory (2.10 GiB). Based on the available memory,  Try increasing `gpu_memory_utilization`",
+      {"max_seq_len": "32768", "needed": "4.00", "available": "2.10", "estimate": None}),
+     ("ValueError: To serve at least one request with the model's max seq len (1048576), (4.38 GiB KV cache is needed, which is larger than the available KV cache memory (3.5 GiB). Based on the available memory, the estimated maximum model length is 838860. Try",
+      {"max_seq_len": "1048576", "estimate": "838860"})])
+pat("insufficient_kv_v0", "V0 <=0.10", "is larger than the maximum number of tokens",
+    r"max seq len \((?P<max_seq_len>\d+)\) is larger than the maximum number of tokens that can be stored in KV cache \((?P<kv_tokens>\d+)\)",
+    [("ValueError: The model's max seq len (16000) is larger than the maximum number of tokens that can be stored in KV cache (2368). Try increasing `gpu_memory_utilization`",
+      {"max_seq_len": "16000", "kv_tokens": "2368"})])
+pat("no_available_memory", "all", "No available memory for the cache blocks",
+    r"No available memory for the cache blocks",
+    [("ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.", {})])
+pat("util_too_high_start", "V1 >=0.9, vLLM-Ascend", "is less than desired GPU memory utilization",
+    r"Free memory on device (?:(?P<device>\S+) )?\((?P<free>[\d.]+)/(?P<total>[\d.]+) GiB\) on startup is less than desired GPU memory utilization \((?P<util>[\d.]+), (?P<desired>[\d.]+) GiB\)",
+    [("ValueError: Free memory on device cuda:0 (10.5/79.19 GiB) on startup is less than desired GPU memory utilization (0.9, 71.27 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.",
+      {"device": "cuda:0", "free": "10.5", "total": "79.19", "util": "0.9", "desired": "71.27"})])
+pat("auto_fit_failed", ">=0.14", "Cannot auto-fit max_model_len",
+    r"Cannot auto-fit max_model_len: not enough GPU memory",
+    [("ValueError: Cannot auto-fit max_model_len: not enough GPU memory available to serve even a single token. Try increasing `gpu_memory_utilization`.", {})])
+pat("memory_profiling_error", "V1", "Error in memory profiling",
+    r"Error in memory profiling\. Initial free memory (?P<initial>[\d.]+) GiB, current free memory (?P<current>[\d.]+) GiB",
+    [("AssertionError: Error in memory profiling. Initial free memory 70.1 GiB, current free memory 72.3 GiB. This happens when other processes sharing the same container release GPU memory",
+      {"initial": "70.1", "current": "72.3"})])
+pat("cpu_worker_over_budget", "CPU backend >=0.20", "of CPU memory reserved for it",
+    r"The worker already uses (?P<used>[\d.]+) GiB .*?more than the (?P<reserved>[\d.]+) GiB of CPU memory reserved for it",
+    [("ValueError: The worker already uses 5.2 GiB (model weights and runtime), more than the 4.0 GiB of CPU memory reserved for it on node 0, increase",
+      {"used": "5.2", "reserved": "4.0"})])
+pat("engine_failed", "V1", ("EngineCore failed to start", "Engine core initialization failed"),
+    r"(?P<what>EngineCore failed to start|Engine core initialization failed)",
+    [("ERROR 07-03 14:19:41 [core.py:718] EngineCore failed to start.", {"what": "EngineCore failed to start"})])
+pat("block_exhaustion", "all", ("No free blocks", "no free blocks", "out of KV cache blocks", "Not enough free blocks"),
+    r"(?P<what>[Nn]o free blocks|out of KV cache blocks|Not enough free blocks)",
+    [("WARNING 11-29 09:00:00 [block_pool.py:300] No free blocks in the block pool; request 42 must wait.", {"what": "No free blocks"})])
+
+# --- hybrid KV cache manager (facts §6) -----------------------------------------------------------
+pat("hma_disabled_hybrid_model", ">=0.9.1", "Hybrid KV cache manager is disabled for this hybrid model",
+    r"Hybrid KV cache manager is disabled for this hybrid model",
+    [("WARNING 11-29 08:41:12 [kv_cache_planning.py:870] Hybrid KV cache manager is disabled for this hybrid model, This means we do not enable any optimizations for saving KV cache memory (e.g., dropping the KV cache outside the sliding window). The compute of layers like sliding window is still saved.", {})])
+pat("hma_unify_failed", "<=0.26 / >=0.27", ("failed to convert the KV cache specs", "Failed to promote local KV cache specs"),
+    r"(?:Hybrid KV cache manager is disabled but failed to convert the KV cache specs to one unified type|Failed to promote local KV cache specs to one unified type)",
+    [("ValueError: Failed to promote local KV cache specs to one unified type.", {})])
+pat("hma_auto_off", "0.12-0.22 / >=0.23", "Turning off hybrid kv cache manager because",
+    r"Turning off hybrid kv cache manager because `?(?P<cause>--kv-transfer-config|--kv-events-config|[^` ]+)`? (?P<rest>is set|selects a KV connector that does not support it)",
+    [("WARNING 11-29 08:40:02 [vllm.py:2267] Turning off hybrid kv cache manager because `--kv-transfer-config` selects a KV connector that does not support it. Impact: hybrid SSM models (e.g. Jamba, Bamba) require HMA",
+      {"cause": "--kv-transfer-config", "rest": "selects a KV connector that does not support it"}),
+     ("WARNING 10-01 10:00:00 [config.py:3900] Turning off hybrid kv cache manager because `--kv-transfer-config` is set. This will reduce the performance of vLLM on LLMs with sliding window attention or Mamba attention.",
+      {"cause": "--kv-transfer-config", "rest": "is set"})])
+pat("hma_chunked_local", ">=0.10 (Llama-4)", "chunked local attention with the hybrid KV cache manager",
+    r"latency regression when using chunked local attention with the hybrid KV cache manager\. Disabling it",
+    [("WARNING 06-01 10:00:00 [config.py:4800] There is a latency regression when using chunked local attention with the hybrid KV cache manager. Disabling it, by default. To enable it, set the environment VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1.", {})])
+pat("hma_explicit_unsupported", "0.13-0.33", "Hybrid KV cache manager was explicitly enabled but is not supported",
+    r"Hybrid KV cache manager was explicitly enabled but is not supported",
+    [("WARNING 11-29 08:40:02 [vllm.py:2280] Hybrid KV cache manager was explicitly enabled but is not supported in this configuration. Consider omitting the --no-disable-hybrid-kv-cache-manager flag", {})])
+
+# --- prefix caching / retention interval (facts §7) -----------------------------------------------
+pat("retention_not_multiple", "0.23+", "must be non-negative and a multiple of scheduler_block_size",
+    r"(?P<name>VLLM_PREFIX_CACHE_RETENTION_INTERVAL|prefix_cache_retention_interval) \((?P<value>-?\d+)\) must be non-negative and a multiple of scheduler_block_size \((?P<block>\d+)\)",
+    [("ValueError: VLLM_PREFIX_CACHE_RETENTION_INTERVAL (2048) must be non-negative and a multiple of scheduler_block_size (4096).",
+      {"name": "VLLM_PREFIX_CACHE_RETENTION_INTERVAL", "value": "2048", "block": "4096"})])
+pat("retention_no_swa", "0.23+", ("no sliding-window KV cache group", "no sliding-window or Mamba KV cache group"),
+    r"(?P<name>VLLM_PREFIX_CACHE_RETENTION_INTERVAL|prefix_cache_retention_interval) is set but this model has no sliding-window",
+    [("ValueError: VLLM_PREFIX_CACHE_RETENTION_INTERVAL is set but this model has no sliding-window KV cache group, so retention has no effect.",
+      {"name": "VLLM_PREFIX_CACHE_RETENTION_INTERVAL"})])
+pat("retention_env_deprecated", "0.29", "Using VLLM_PREFIX_CACHE_RETENTION_INTERVAL environment variable is deprecated",
+    r"Using VLLM_PREFIX_CACHE_RETENTION_INTERVAL environment variable is deprecated",
+    [("WARNING 10-01 10:00:00 [envs.py:100] Using VLLM_PREFIX_CACHE_RETENTION_INTERVAL environment variable is deprecated and will be removed in v0.29. Please use prefix_cache_retention_interval instead.", {})])
+
+# --- scheduler / chunked prefill (facts §8) -------------------------------------------------------
+pat("chunked_prefill", "V0 and V1", "Chunked prefill is enabled with max_num_batched_tokens",
+    r"Chunked prefill is enabled with max_num_batched_tokens=(?P<tokens>\d+)",
+    [("INFO 07-03 14:17:08 [scheduler.py:222] Chunked prefill is enabled with max_num_batched_tokens=8192.", {"tokens": "8192"})])
+pat("partial_prefills", "0.7-0.26", "Concurrent partial prefills enabled",
+    r"Concurrent partial prefills enabled with max_num_partial_prefills=(?P<partial>\d+), max_long_partial_prefills=(?P<long>\d+), long_prefill_token_threshold=(?P<threshold>\d+)",
+    [("INFO 05-01 10:00:00 config.py:1800] Concurrent partial prefills enabled with max_num_partial_prefills=2, max_long_partial_prefills=1, long_prefill_token_threshold=8192",
+      {"partial": "2", "long": "1", "threshold": "8192"})])
+pat("partial_prefill_errors", "0.7-0.26", ("max_num_partial_prefills > 1", "must be less than or equal to self.max_num_partial_prefills", "cannot be greater than the max_model_len"),
+    r"(?P<what>Chunked prefill must be enabled to set max_num_partial_prefills > 1|max_long_partial_prefills=\d+ must be less than or equal to self\.max_num_partial_prefills=\d+|long_prefill_token_threshold \(\d+\) cannot be greater than the max_model_len \(\d+\))",
+    [("ValueError: Chunked prefill must be enabled to set max_num_partial_prefills > 1.", {"what": "Chunked prefill must be enabled to set max_num_partial_prefills > 1"})])
+pat("param_reset", "vLLM-Ascend", "Parameter is optimized for incompatible platform",
+    r"Parameter is optimized for incompatible platform\. parameter=(?P<param>\w+), action: (?P<action>.*?)\s*$",
+    [("WARNING 08-20 10:10:02 [platform.py:200] Parameter is optimized for incompatible platform. parameter=max_num_partial_prefills, action: resetting to default (1). ",
+      {"param": "max_num_partial_prefills", "action": "resetting to default (1)."})])
+pat("batched_tokens_checks", "V1", ("exceeds max_num_seqs * max_model_len", "is smaller than max_model_len", "must be greater than or equal to max_num_seqs"),
+    r"max_num_batched_tokens \((?P<tokens>\d+)\) (?P<what>exceeds max_num_seqs \* max_model_len|is smaller than max_model_len|must be greater than or equal to max_num_seqs) \((?P<other>\d+)\)",
+    [("WARNING 10-01 10:00:00 [scheduler.py:200] max_num_batched_tokens (65536) exceeds max_num_seqs * max_model_len (32768). This may lead to unexpected behavior.",
+      {"tokens": "65536", "what": "exceeds max_num_seqs * max_model_len", "other": "32768"})])
+pat("ascend_additional_config", "vLLM-Ascend", "is set from additional_config with value",
+    r"AscendConfig\.(?P<key>\w+) is set from additional_config with value (?P<value>.*?)\.?\s*$",
+    [("INFO 08-20 10:10:02 [ascend_config.py:80] AscendConfig.recompute_scheduler_enable is set from additional_config with value True.",
+      {"key": "recompute_scheduler_enable", "value": "True"})])
+
+# --- KV transfer / recompute (facts §9) -----------------------------------------------------------
+pat("recompute_ignored_p_node", "vLLM-Ascend v0.23.0, >=v0.24.0rc1", "recompute_scheduler_enable is ignored on PD-disaggregated P nodes",
+    r"recompute_scheduler_enable is ignored on PD-disaggregated P nodes",
+    [("WARNING 08-20 10:10:02 [platform.py:900] recompute_scheduler_enable is ignored on PD-disaggregated P nodes (kv_role='kv_producer') and will be deprecated on P nodes in a future release.", {})])
+pat("recompute_role_error", "vLLM-Ascend v0.19.1rc1+", "recompute_scheduler_enable can only be enabled",
+    r"recompute_scheduler_enable can only be enabled (?:in PD-disaggregated mode|on PD-disaggregated D nodes)(?: \(kv_role='kv_consumer', but got kv_role=(?P<role>'?\w+'?)\))?",
+    [("ValueError: recompute_scheduler_enable can only be enabled on PD-disaggregated D nodes (kv_role='kv_consumer', but got kv_role='kv_both'), and is not supported in PD-mixed mode.",
+      {"role": "'kv_both'"})])
+pat("recompute_deprecated_top_level", "vLLM-Ascend >=v0.25.1rc1", "additional_config.recompute_scheduler_enable is deprecated",
+    r"additional_config\.recompute_scheduler_enable is deprecated",
+    [("WARNING 08-20 10:10:02 [ascend_config.py:90] additional_config.recompute_scheduler_enable is deprecated; use additional_config.scheduler_config.recompute_scheduler_enable instead.", {})])
+pat("recompute_offload_connector", "vLLM-Ascend >=v0.23", "RecomputeCPUOffloadConnector: role=",
+    r"RecomputeCPUOffloadConnector: role=(?P<role>[\w.]+), per_rank=(?P<per_rank_gb>[\d.]+) GB, world_size=(?P<world_size>\d+), offload_prefix_caching=(?P<prefix>\w+)",
+    [("INFO 08-20 10:11:00 [recompute_cpu_offload_connector.py:80] RecomputeCPUOffloadConnector: role=KVConnectorRole.WORKER, per_rank=0.50 GB, world_size=16, offload_prefix_caching=False",
+      {"role": "KVConnectorRole.WORKER", "per_rank_gb": "0.50", "world_size": "16", "prefix": "False"})])
+pat("recompute_runtime", "vLLM-Ascend", "[RecomputeScheduler]",
+    r"\[RecomputeScheduler\] (?P<what>Preempted request|Recompute preemption offload enabled for request|Recompute triggered for request) (?P<request>\S+?)[.,]?(?: running_count=(?P<running>\d+), token_budget=(?P<budget>-?\d+))?",
+    [("INFO 08-20 11:00:00 [recompute_scheduler.py:400] [RecomputeScheduler] Preempted request cmpl-42-0. running_count=63, token_budget=120",
+      {"what": "Preempted request", "request": "cmpl-42-0", "running": "63", "budget": "120"})])
+
+# --- runtime (facts §10) --------------------------------------------------------------------------
+pat("v0_preemption", "V0", "is preempted by",
+    r"is preempted by (?P<mode>PreemptionMode\.\w+|\w+) mode because there is not enough KV cache space.*?(?:total_num_cumulative_preemption=(?P<total>\d+))?$",
+    [("WARNING 07-03 15:02:11 scheduler.py:1560] Sequence group 42 is preempted by PreemptionMode.RECOMPUTE mode because there is not enough KV cache space. This can affect the end-to-end performance. Increase gpu_memory_utilization or tensor_parallel_size to provide more KV cache memory. total_num_cumulative_preemption=51",
+      {"mode": "PreemptionMode.RECOMPUTE", "total": "51"})])
+pat("stats", "V0 and V1, all", "Avg prompt throughput",
+    r"(?:(?:Engine (?P<engine>\d+)|(?P<aggregated>\d+) Engines Aggregated): )?Avg prompt throughput: (?P<prompt_tps>[\d.]+) tokens/s, Avg generation throughput: (?P<gen_tps>[\d.]+) tokens/s, Running: (?P<running>\d+) reqs, (?:Swapped: (?P<swapped>\d+) reqs, Pending: (?P<pending>\d+) reqs|Waiting: (?P<waiting>\d+) reqs)(?P<rest>.*)$",
+    [("(APIServer pid=88) INFO 11-29 09:00:00 [loggers.py:340] Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 512.3 tokens/s, Running: 64 reqs, Waiting: 12 reqs, Preemptions: 3, GPU KV cache usage: 99.1%, Prefix cache hit rate: 35.0%",
+      {"engine": "000", "running": "64", "waiting": "12", "rest": ", Preemptions: 3, GPU KV cache usage: 99.1%, Prefix cache hit rate: 35.0%"}),
+     ("INFO 11-18 17:11:21 metrics.py:449] Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 0.0 tokens/s, Running: 0 reqs, Swapped: 0 reqs, Pending: 0 reqs, GPU KV cache usage: 0.0%, CPU KV cache usage: 0.0%.",
+      {"running": "0", "swapped": "0", "pending": "0"})])
+pat("startup_complete", "all", ("Application startup complete", "Uvicorn running on", "Starting vLLM API server"),
+    r"(?P<what>Application startup complete|Uvicorn running on|Starting vLLM API server)",
+    [("INFO:     Application startup complete.", {"what": "Application startup complete"})])
+
+
+# sub-fields of the stats line tail, parsed only when a stats line matched
+STATS_TAIL = re.compile(
+    r"(?:Preemptions: (?P<preemptions>\d+)|(?P<device>GPU|NPU|CPU|XPU|TPU|HPU) KV cache usage: (?P<kv_usage>[\d.]+)%"
+    r"|Prefix cache hit rate: (?:GPU: )?(?P<hit>[\d.]+)%|Deferred: (?P<deferred>\d+) reqs)"
+)
+
+
+def catalogue() -> list[Pattern]:
+    """All patterns, in a stable order."""
+    return list(_CATALOGUE)
+
+
+def by_name() -> dict[str, Pattern]:
+    return {p.name: p for p in _CATALOGUE}
+
+
+def keyword_index() -> dict[str, list[Pattern]]:
+    """keyword → patterns that need it."""
+    out: dict[str, list[Pattern]] = {}
+    for p in _CATALOGUE:
+        for kw in p.keywords:
+            out.setdefault(kw, []).append(p)
+    return out
+
+
+def prefilter_regex(extra: tuple[str, ...] = ()) -> re.Pattern[bytes]:
+    """One bytes regex matching any keyword: the reader's line prefilter."""
+    kws = sorted({kw for p in _CATALOGUE for kw in p.keywords} | set(extra), key=len, reverse=True)
+    return re.compile(b"|".join(re.escape(k.encode()) for k in kws))

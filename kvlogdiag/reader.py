@@ -1,0 +1,349 @@
+"""Reading inputs: files, stdin, compressed streams, and line envelopes.
+
+Everything that turns bytes on disk (or a pipe) into clean `Line` objects lives here:
+
+* inputs are paths or ``-`` (stdin); gzip, bz2, xz and zstd are detected by their magic bytes,
+  never by the file name;
+* reading is streaming, in large binary chunks, so memory stays flat whatever the file size;
+  over-long lines are cut at ``MAX_LINE_BYTES`` (the rest of the line is skipped, not buffered);
+* an optional *prefilter* (a compiled bytes regex) lets the caller skip, in C, every line that
+  cannot matter — only candidate lines are decoded and turned into `Line` objects, while line
+  numbers stay exact;
+* decoding never fails (invalid UTF-8 is replaced), the ``\\r`` left by vLLM's multi-line
+  formatter and by CRLF files is dropped, ANSI colour codes are removed;
+* outer envelopes added by log collectors (docker/kubectl ``--timestamps``, Kubernetes CRI,
+  journald/syslog) are removed and kept as metadata; the vLLM process prefix
+  (``(Worker_DP1_TP3_EP7 pid=N)``) becomes the line's ``rank``.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import io
+import lzma
+import os
+import re
+import sys
+from dataclasses import dataclass
+from typing import BinaryIO, Iterator
+
+CHUNK_BYTES = 1 << 20
+MAX_LINE_BYTES = 1 << 20
+DEFAULT_MAX_BYTES = 16 << 30  # decompressed bytes per input before it is called a bomb
+
+_MAGIC = (
+    (b"\x1f\x8b", "gzip"),
+    (b"BZh", "bz2"),
+    (b"\xfd7zXZ\x00", "xz"),
+    (b"\x28\xb5\x2f\xfd", "zstd"),
+)
+
+
+class InputError(Exception):
+    """An input that cannot be opened or read; the message names it."""
+
+
+@dataclass(slots=True)
+class Line:
+    """One log line after the envelope was removed.
+
+    ``number`` is 1-based in the (decompressed) input; ``text`` is the line without outer
+    collector prefixes and without the vLLM process prefix; ``raw`` is the decoded line with
+    only ANSI codes and trailing ``\\r`` removed (what evidence shows).
+    """
+
+    number: int
+    text: str
+    rank: str | None = None
+    raw: str = ""
+    meta: dict | None = None
+
+
+# --- envelopes -----------------------------------------------------------------------------
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Za-z0-9]|\x1b[=>]")
+# docker/kubectl --timestamps: RFC 3339 with nanoseconds; CRI adds "stdout F ".
+_DOCKER_TS = re.compile(
+    r"(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)) "
+    r"(?:(?P<stream>stdout|stderr) (?P<tag>[FP]) )?"
+)
+_SYSLOG = re.compile(
+    r"(?P<ts>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d) (?P<host>[\w.-]+) "
+    r"(?P<ident>[\w./@-]+?)(?:\[(?P<pid>\d+)\])?: "
+)
+# vLLM process prefixes, all versions (see the facts document, 1.2).
+_PROC = re.compile(
+    r"\((?P<name>APIServer(?:_\d+)?|EngineCore(?:_DP\d+|_\d+)?|Worker(?:_[A-Z]+\d+)*"
+    r"|VllmWorker(?: rank=\d+| [A-Z0-9_]+)?|VllmWorkerProcess|RayWorkerWrapper|MainProcess"
+    r"|[A-Za-z][\w-]*(?:Worker|Engine|Server|Process)[\w-]*)"
+    r" pid=(?P<pid>\d+)(?:, ip=(?P<ip>[\w.:-]+))?\) ?"
+)
+# the vLLM line head (any version): used to find where a VLLM_LOGGING_PREFIX ends
+_HEAD = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d ")
+
+
+def strip_ansi(text: str) -> str:
+    """Remove ANSI escape sequences (colours, cursor moves)."""
+    if "\x1b" not in text:
+        return text
+    return _ANSI.sub("", text)
+
+
+def rank_label(name: str, pid: str | None) -> str:
+    """Turn a process prefix into a rank label.
+
+    Named ranks (``Worker_TP3``) are unique within a run; anonymous worker processes
+    (``VllmWorkerProcess``, ``RayWorkerWrapper``) are told apart by their pid.
+    """
+    if name in ("VllmWorkerProcess", "RayWorkerWrapper", "MainProcess", "VllmWorker", "Worker"):
+        return f"{name} pid={pid}"
+    return name
+
+
+def split_envelope(raw: str) -> tuple[str, str | None, dict | None]:
+    """Split a decoded, ANSI-free line into (message text, rank, metadata)."""
+    text = raw
+    meta: dict | None = None
+    if text[:1].isdigit():
+        m = _DOCKER_TS.match(text)
+        if m:
+            meta = {"timestamp": m.group("ts")}
+            if m.group("stream"):
+                meta["stream"] = m.group("stream")
+                meta["partial"] = m.group("tag") == "P"
+            text = text[m.end():]
+    elif text[:1].isupper() and text[3:4] == " ":
+        m = _SYSLOG.match(text)
+        if m:
+            meta = {"timestamp": m.group("ts"), "host": m.group("host"), "ident": m.group("ident")}
+            if m.group("pid"):
+                meta["pid"] = int(m.group("pid"))
+            text = text[m.end():]
+    rank = None
+    if "pid=" in text[:300]:
+        m = _PROC.search(text, 0, 300)
+        if m and "\n" not in text[: m.start()]:
+            before = text[: m.start()]
+            # only a prefix when nothing but a user prefix precedes it (not a vLLM head)
+            if not _HEAD.search(before):
+                if before.strip():
+                    meta = dict(meta or {}, prefix=before)
+                rank = rank_label(m.group("name"), m.group("pid"))
+                if m.group("ip"):
+                    meta = dict(meta or {}, ip=m.group("ip"))
+                text = text[m.end():]
+    return text, rank, meta
+
+
+def make_line(number: int, data: bytes) -> Line:
+    """Decode one raw line (without its newline) into a `Line`."""
+    raw = data.decode("utf-8", "replace")
+    if "\r" in raw:
+        raw = raw.rstrip("\r")
+        if "\r" in raw:
+            # progress bars redraw with a bare \r: keep what the terminal would show last,
+            # unless that part is empty
+            tail = raw.rsplit("\r", 1)[1]
+            raw = tail if tail.strip() else raw.replace("\r", " ")
+    raw = strip_ansi(raw)
+    if "\x00" in raw:
+        raw = raw.replace("\x00", "")
+    text, rank, meta = split_envelope(raw)
+    return Line(number, text, rank, raw, meta)
+
+
+# --- opening -------------------------------------------------------------------------------
+
+
+class _CappedReader(io.RawIOBase):
+    """Stop a decompression bomb: raise once more than ``limit`` bytes were produced."""
+
+    def __init__(self, inner: BinaryIO, limit: int, name: str):
+        self._inner, self._left, self._name = inner, limit, name
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf) -> int:
+        data = self._inner.read(len(buf))
+        if len(data) > self._left:
+            raise InputError(f"{self._name}: more than the decompressed-size cap (--max-bytes); stopped")
+        self._left -= len(data)
+        buf[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        try:
+            self._inner.close()
+        finally:
+            super().close()
+
+
+def detect_compression(head: bytes) -> str | None:
+    """Name the compression of a stream from its first bytes, or None."""
+    for magic, name in _MAGIC:
+        if head.startswith(magic):
+            return name
+    return None
+
+
+def open_input(source: str, max_bytes: int = DEFAULT_MAX_BYTES) -> BinaryIO:
+    """Open a path or ``-`` as a binary stream of decompressed bytes.
+
+    Raises `InputError` with a one-line message naming the source when it cannot be opened.
+    """
+    name = "<stdin>" if source == "-" else source
+    try:
+        if source == "-":
+            fh: BinaryIO = io.BufferedReader(sys.stdin.buffer.raw if hasattr(sys.stdin.buffer, "raw") else sys.stdin.buffer, CHUNK_BYTES)  # type: ignore[arg-type]
+        else:
+            if os.path.isdir(source):
+                raise InputError(f"{name}: is a directory")
+            fh = open(source, "rb", buffering=CHUNK_BYTES)  # noqa: SIM115
+    except InputError:
+        raise
+    except FileNotFoundError:
+        raise InputError(f"{name}: no such file") from None
+    except PermissionError:
+        raise InputError(f"{name}: permission denied") from None
+    except OSError as exc:
+        raise InputError(f"{name}: cannot open ({exc.strerror or exc})") from None
+    try:
+        head = fh.peek(8)[:8] if hasattr(fh, "peek") else b""
+    except OSError as exc:
+        fh.close()
+        raise InputError(f"{name}: cannot read ({exc.strerror or exc})") from None
+    kind = detect_compression(head)
+    if kind is None:
+        return fh
+    if kind == "gzip":
+        inner: BinaryIO = gzip.GzipFile(fileobj=fh, mode="rb")  # type: ignore[assignment]
+    elif kind == "bz2":
+        inner = bz2.BZ2File(fh, mode="rb")  # type: ignore[assignment]
+    elif kind == "xz":
+        inner = lzma.LZMAFile(fh, mode="rb")  # type: ignore[assignment]
+    else:
+        try:
+            import zstandard
+        except ImportError:  # pragma: no cover - zstandard is a dependency
+            fh.close()
+            raise InputError(f"{name}: zstd-compressed, but the zstandard package is missing") from None
+        inner = zstandard.ZstdDecompressor().stream_reader(fh, closefd=True)  # type: ignore[assignment]
+    return io.BufferedReader(_CappedReader(inner, max_bytes, name), CHUNK_BYTES)  # type: ignore[arg-type]
+
+
+def _read_error(name: str, exc: BaseException) -> InputError:
+    kind = type(exc).__name__
+    msg = str(exc) or kind
+    if isinstance(exc, EOFError):
+        msg = "compressed stream ends early (truncated)"
+    return InputError(f"{name}: {msg}")
+
+
+# --- line iteration ------------------------------------------------------------------------
+
+
+class LineStats:
+    """Counters the reader keeps while it runs (lines read, over-long lines cut)."""
+
+    __slots__ = ("lines", "long_lines", "bytes")
+
+    def __init__(self) -> None:
+        self.lines = 0
+        self.long_lines = 0
+        self.bytes = 0
+
+
+def iter_chunks(fh: BinaryIO, name: str, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
+    """Yield chunks that each end at a line boundary (except possibly the last one).
+
+    An over-long line is cut: its first ``MAX_LINE_BYTES`` are kept and the rest is dropped
+    while reading, so a 100 MB line costs no more memory than a short one.
+    """
+    carry = b""
+    skipping = False  # inside the dropped tail of an over-long line
+    while True:
+        try:
+            data = fh.read(chunk_bytes)
+        except InputError:
+            raise
+        except (OSError, EOFError, ValueError, lzma.LZMAError) as exc:
+            raise _read_error(name, exc) from None
+        except Exception as exc:  # zstandard.ZstdError and friends
+            raise _read_error(name, exc) from None
+        if not data:
+            if carry and not skipping:
+                yield carry
+            return
+        if skipping:
+            nl = data.find(b"\n")
+            if nl < 0:
+                continue
+            data = data[nl:]  # keep the newline so the cut line still ends
+            skipping = False
+        buf = carry + data if carry else data
+        cut = buf.rfind(b"\n")
+        if cut < 0:
+            if len(buf) > MAX_LINE_BYTES:
+                carry = buf[:MAX_LINE_BYTES]
+                skipping = True
+            else:
+                carry = buf
+            continue
+        carry = buf[cut + 1:]
+        if len(carry) > MAX_LINE_BYTES:
+            carry = carry[:MAX_LINE_BYTES]
+            skipping = True
+        yield buf[: cut + 1]
+
+
+def iter_lines(
+    fh: BinaryIO,
+    name: str,
+    prefilter: "re.Pattern[bytes] | None" = None,
+    stats: LineStats | None = None,
+) -> Iterator[Line]:
+    """Yield `Line` objects; with a prefilter, only lines in which it matches.
+
+    Line numbers count every ``\\n`` in the input, filtered or not. A line longer than
+    ``MAX_LINE_BYTES`` inside one chunk is cut to that length.
+    """
+    st = stats or LineStats()
+    number = 0  # lines completed before the current chunk
+    for chunk in iter_chunks(fh, name):
+        st.bytes += len(chunk)
+        if prefilter is None:
+            parts = chunk.split(b"\n")
+            if parts and parts[-1] == b"":
+                parts.pop()
+            for part in parts:
+                number += 1
+                if len(part) > MAX_LINE_BYTES:
+                    part = part[:MAX_LINE_BYTES]
+                    st.long_lines += 1
+                yield make_line(number, part)
+        else:
+            pos = 0
+            find = chunk.find
+            count = chunk.count
+            search = prefilter.search
+            while True:
+                m = search(chunk, pos)
+                if m is None:
+                    break
+                start = chunk.rfind(b"\n", 0, m.start()) + 1
+                end = find(b"\n", m.end())
+                if end < 0:
+                    end = len(chunk)
+                number += count(b"\n", pos, start)
+                part = chunk[start:end]
+                if len(part) > MAX_LINE_BYTES:
+                    part = part[:MAX_LINE_BYTES]
+                    st.long_lines += 1
+                yield make_line(number + 1, part)
+                pos = end
+            number += count(b"\n", pos)
+            if not chunk.endswith(b"\n"):
+                number += 1  # the last line has no newline; it still counts
+        st.lines = number
