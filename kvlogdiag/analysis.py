@@ -1,19 +1,24 @@
 """One analysis path for every command: source → lines → facts → figures → findings.
 
-`analyze_source` reads one input (path or ``-``) with the fast prefiltered reader and returns the
-analysis dictionary of the JSON contract. ``watch``, ``scan`` and ``report`` all go through
-`Analyzer`, so there is one parser and one set of rules.
+`Analyzer` holds the options and the loaded rules; ``analyze``, ``watch``, ``scan`` and ``report``
+all go through it, so there is one parser and one set of rules. Reading uses the fast prefiltered
+reader unless a loaded user rule matches raw lines (``any_line``/``count``), which needs every line.
 """
 
 from __future__ import annotations
 
 from typing import Any, BinaryIO, Callable
 
+from kvlogdiag.condition import EvaluationError, regex_search
+from kvlogdiag.context import Options
 from kvlogdiag.derive import derive
 from kvlogdiag.extract import Extractor
 from kvlogdiag.facts import LogFacts
 from kvlogdiag.patterns import prefilter_regex
-from kvlogdiag.reader import DEFAULT_MAX_BYTES, InputError, LineStats, iter_lines, open_input
+from kvlogdiag.reader import DEFAULT_MAX_BYTES, InputError, Line, LineStats, iter_lines, open_input
+from kvlogdiag.rule_engine import RuleError, RuleSet, evaluate, load_rules
+
+__all__ = ["Analyzer", "InputError", "analyze_source"]
 
 _PREFILTER = None
 
@@ -26,35 +31,88 @@ def prefilter():
     return _PREFILTER
 
 
-def extract_stream(fh: BinaryIO, source: str, on_event: Callable | None = None) -> LogFacts:
-    """Run the extractor over a binary stream; returns the facts."""
-    ex = Extractor(source)
-    if on_event is not None:
-        ex.listeners.append(on_event)
-    stats = LineStats()
-    for line in iter_lines(fh, source, prefilter(), stats):
-        ex.feed(line)
-    return ex.finish(stats.lines, stats.long_lines)
+class LineMatcher:
+    """Counts matches of user-rule line regexes (with the regex module's timeout)."""
+
+    def __init__(self, patterns: tuple[str, ...], errors: list[RuleError]):
+        self.patterns = list(patterns)
+        self.hits: dict[str, tuple[int, Any]] = {}
+        self.errors = errors
+
+    def __call__(self, line: Line, fact_of) -> None:
+        for p in list(self.patterns):
+            try:
+                m = regex_search(p, line.text)
+            except EvaluationError as exc:
+                self.errors.append(RuleError("-", f"line regex {p!r} stopped at line {line.number}: {exc}"))
+                self.patterns.remove(p)
+                continue
+            if m is not None:
+                n, first = self.hits.get(p, (0, None))
+                self.hits[p] = (n + 1, first or fact_of(line))
 
 
-def analyze_facts(facts: LogFacts, options: Any = None) -> dict[str, Any]:
-    """Facts → analysis dict with findings."""
-    from kvlogdiag.rules import evaluate_rules
+class Analyzer:
+    """Options + rules, and the functions that turn an input into an analysis."""
 
-    analysis = derive(facts)
-    analysis["findings"] = evaluate_rules(facts, analysis, options)
-    analysis.pop("_chosen", None)
-    return analysis
+    def __init__(self, options: Options | None = None, rules: RuleSet | None = None):
+        self.options = options or Options()
+        if rules is None:
+            rules = load_rules(self.options.rule_dirs).selected(self.options.select, self.options.ignore)
+        self.rules = rules
+        self.rule_errors: list[RuleError] = []
 
+    def new_extractor(self, source: str) -> Extractor:
+        ex = Extractor(source)
+        if self.rules.line_patterns:
+            matcher = LineMatcher(self.rules.line_patterns, self.rule_errors)
+            ex.line_hook = matcher
+            ex.facts.line_hits = matcher.hits
+        return ex
 
-def analyze_source(source: str, options: Any = None, max_bytes: int = DEFAULT_MAX_BYTES) -> dict[str, Any]:
-    """Read and analyse one input. Raises `InputError` when it cannot be read at all."""
-    fh = open_input(source, max_bytes)
-    try:
-        facts = extract_stream(fh, source)
-    finally:
+    @property
+    def needs_every_line(self) -> bool:
+        return bool(self.rules.line_patterns)
+
+    def extract_stream(self, fh: BinaryIO, source: str, on_event: Callable | None = None) -> LogFacts:
+        ex = self.new_extractor(source)
+        if on_event is not None:
+            ex.listeners.append(on_event)
+        stats = LineStats()
+        pf = None if self.needs_every_line else prefilter()
+        for line in iter_lines(fh, source, pf, stats):
+            ex.feed(line)
+        return ex.finish(stats.lines, stats.long_lines)
+
+    def analyze_facts(self, facts: LogFacts) -> dict[str, Any]:
+        analysis = derive(facts)
+        analysis["findings"] = evaluate(self.rules, facts, analysis, self.options, self.rule_errors)
+        analysis.pop("_chosen", None)
+        return analysis
+
+    def analyze_stream(self, fh: BinaryIO, source: str) -> dict[str, Any]:
+        return self.analyze_facts(self.extract_stream(fh, source))
+
+    def analyze_source(self, source: str, max_bytes: int = DEFAULT_MAX_BYTES) -> dict[str, Any]:
+        """Read and analyse one input. Raises `InputError` when it cannot be read at all."""
+        fh = open_input(source, max_bytes)
         try:
-            fh.close()
-        except Exception:  # noqa: BLE001 - closing a broken stream must not hide the real error
-            pass
-    return analyze_facts(facts, options)
+            return self.analyze_stream(fh, source)
+        finally:
+            try:
+                fh.close()
+            except Exception:  # noqa: BLE001 - closing a broken stream must not hide the real error
+                pass
+
+
+_DEFAULT: Analyzer | None = None
+
+
+def analyze_source(source: str, options: Options | None = None, max_bytes: int = DEFAULT_MAX_BYTES) -> dict[str, Any]:
+    """Convenience: analyse one input with default (or given) options."""
+    global _DEFAULT
+    if options is not None:
+        return Analyzer(options).analyze_source(source, max_bytes)
+    if _DEFAULT is None:
+        _DEFAULT = Analyzer()
+    return _DEFAULT.analyze_source(source, max_bytes)

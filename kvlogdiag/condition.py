@@ -467,8 +467,7 @@ def _truthy(x: Any) -> bool:
 
 
 def _equal(a: Any, b: Any) -> bool:
-    if isinstance(a, bool) or isinstance(b, bool):
-        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    # bool is excluded from numbers, so the final type check keeps true != 1.
     if _is_number(a) and _is_number(b):
         return bool(a == b)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
@@ -504,7 +503,7 @@ class _Evaluator:
         if self.steps > self.max_steps:
             raise EvaluationError(f"evaluation exceeded {self.max_steps} steps", pos)
 
-    def eval(self, node: Node) -> Any:
+    def visit(self, node: Node) -> Any:
         self._spend(1, node.pos)
         match node:
             case Literal():
@@ -512,19 +511,19 @@ class _Evaluator:
             case Name():
                 return _normalize(self.env.get(node.name))
             case ListExpr():
-                return [self.eval(item) for item in node.items]
+                return [self.visit(item) for item in node.items]
             case Call():
-                return self._call(node, [self.eval(arg) for arg in node.args])
+                return self._call(node, [self.visit(arg) for arg in node.args])
             case Unary():
-                return self._unary(node, self.eval(node.operand))
+                return self._unary(node, self.visit(node.operand))
             case Binary(op="and"):
-                return _truthy(self.eval(node.left)) and _truthy(self.eval(node.right))
+                return _truthy(self.visit(node.left)) and _truthy(self.visit(node.right))
             case Binary(op="or"):
-                return _truthy(self.eval(node.left)) or _truthy(self.eval(node.right))
+                return _truthy(self.visit(node.left)) or _truthy(self.visit(node.right))
             case Binary(op=op) if op in _ARITH:
-                return self._arith(node, self.eval(node.left), self.eval(node.right))
+                return self._arith(node, self.visit(node.left), self.visit(node.right))
             case Binary():
-                return self._compare(node, self.eval(node.left), self.eval(node.right))
+                return self._compare(node, self.visit(node.left), self.visit(node.right))
         raise EvaluationError(f"unknown node {type(node).__name__}")
 
     def _call(self, node: Call, args: list[Any]) -> Any:
@@ -613,7 +612,7 @@ class Condition:
                  *, max_steps: int = MAX_STEPS) -> Any:
         """Evaluate against ``env`` (missing names are null); EvaluationError on failure."""
         try:
-            return _Evaluator(env, functions or {}, max_steps).eval(self.tree)
+            return _Evaluator(env, functions or {}, max_steps).visit(self.tree)
         except RecursionError:
             raise EvaluationError("condition is nested too deeply to evaluate") from None
 
@@ -633,11 +632,11 @@ def compile_user_regex(pattern: str, position: int = 0) -> regex.Pattern[str]:
                              position)
     try:
         return _compile(pattern)
-    except (regex.error, ValueError, OverflowError) as exc:
-        where = getattr(exc, "pos", None)
-        detail = (getattr(exc, "msg", None) or str(exc)) + (
-            f" (pattern offset {where})" if where is not None else "")
-        raise ConditionError(f"invalid regular expression: {detail}", position) from None
+    except regex.error as exc:
+        where = "" if exc.pos is None else f" (pattern offset {exc.pos})"
+        raise ConditionError(f"invalid regular expression: {exc.msg}{where}", position) from None
+    except (ValueError, OverflowError) as exc:  # e.g. NUL bytes, huge repeat counts
+        raise ConditionError(f"invalid regular expression: {exc}", position) from None
 
 
 def regex_search(pattern: str, text: str, timeout: float = 0.25) -> regex.Match[str] | None:

@@ -93,11 +93,14 @@ class Extractor:
         }
         self._stats = next(p for p in pats if p.name == "stats")
         self.listeners: list[Callable[[str, Fact], None]] = []
+        self.line_hook: Callable[[Line, Callable[[Line], Fact]], None] | None = None
 
     # -- plumbing ------------------------------------------------------------------------------
 
     def feed(self, line: Line) -> None:
         text = line.text
+        if self.line_hook is not None:
+            self.line_hook(line, lambda ln: self._fact(None, ln, "line"))
         if "Avg prompt throughput" in text:  # the hot path on long logs
             m = self._stats.regex.search(text)
             if m:

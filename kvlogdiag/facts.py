@@ -79,6 +79,7 @@ class LogFacts:
     last_line: int = 0
     kv_sized: bool = False
     startup_complete: Fact | None = None
+    line_hits: dict = field(default_factory=dict)  # user-rule line regex → (count, first Fact)
 
     def add_config(self, key: str, fact: Fact) -> None:
         self.config.setdefault(key, []).append(fact)

@@ -1,0 +1,492 @@
+"""Rules as data: load ``rules/*.toml``, validate them, evaluate them into findings.
+
+A rule file holds one rule (see ``docs/rules.md`` for the format)::
+
+    code = "KVD004"
+    name = "gpu-memory-utilization-high"
+    severity = "warning"
+    summary, why, fix, references, [applies_to], [params], [let], [[checks]], [[samples]]
+
+Each ``[[checks]]`` entry has ``when`` (a condition in the safe language of ``condition.py``),
+a ``message`` template (``{name}`` or ``{name:,.0f}`` over the context names, ``params.*`` and
+``let`` names), an optional ``severity``, ``fix`` and ``evidence`` (names whose log line is cited).
+The first check that holds gives the finding. Everything is checked when the rule is loaded —
+syntax, unknown names, unknown functions, regexes — and the error names the file, the rule code
+and the column. A rule that fails while evaluating is reported and skipped; the others still run.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from kvlogdiag.condition import (
+    Call, Condition, ConditionError, EvaluationError, FunctionSpec, ListExpr, Literal, Unary, Binary,
+    parse, regex_search,
+)
+from kvlogdiag.context import NAMES, Options, build_context, version_cmp
+from kvlogdiag.facts import Fact, LogFacts
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+SEVERITIES = ("info", "warning", "error")
+SEVERITY_RANK = {"info": 1, "warning": 2, "error": 3, "never": 99}
+CODE_RE = re.compile(r"^[A-Z]{2,6}\d{3,4}$")
+SLUG_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+_TEMPLATE_RE = re.compile(r"\{([A-Za-z][A-Za-z0-9_.]*)(?::([^{}]*))?\}")
+# optional segment: "[?name: text]" is kept only when name is not null (and not false/empty)
+_OPTIONAL_RE = re.compile(r"\[\?([A-Za-z][A-Za-z0-9_.]*): ([^\[\]]*)\]")
+
+FUNCTIONS: dict[str, FunctionSpec] = {
+    "defined": FunctionSpec(1, 1),
+    "event": FunctionSpec(1, 1),
+    "any_line": FunctionSpec(1, 1, frozenset({0})),
+    "count": FunctionSpec(1, 1, frozenset({0})),
+    "version_ge": FunctionSpec(1, 1),
+    "version_lt": FunctionSpec(1, 1),
+    "contains": FunctionSpec(2, 2),
+    "matches": FunctionSpec(2, 2, frozenset({1})),
+    "lower": FunctionSpec(1, 1),
+    "len": FunctionSpec(1, 1),
+    "min": FunctionSpec(1, None),
+    "max": FunctionSpec(1, None),
+    "abs": FunctionSpec(1, 1),
+    "round": FunctionSpec(1, 2),
+    "multiple_of": FunctionSpec(2, 2),
+    "gib": FunctionSpec(1, 1),
+    "coalesce": FunctionSpec(1, None),
+}
+
+
+class RuleLoadError(Exception):
+    """A rule file that cannot be used; the message names file, rule and position."""
+
+
+@dataclass(frozen=True)
+class Check:
+    when: Condition
+    message: str
+    severity: str
+    fix: str | None
+    evidence: tuple[str, ...]
+
+
+@dataclass
+class Rule:
+    code: str
+    name: str
+    severity: str
+    summary: str
+    message: str
+    why: str
+    fix: str
+    references: list[str]
+    applies_to: dict[str, Any]
+    params: dict[str, Any]
+    lets: list[tuple[str, Condition]]
+    checks: list[Check]
+    samples: list[dict]
+    path: str
+    line_patterns: tuple[str, ...] = ()
+    builtin: bool = True
+
+    def max_severity(self) -> str:
+        return max((c.severity for c in self.checks), key=lambda s: SEVERITY_RANK[s], default=self.severity)
+
+
+@dataclass
+class RuleSet:
+    rules: list[Rule] = field(default_factory=list)
+
+    def by_code(self) -> dict[str, Rule]:
+        return {r.code: r for r in self.rules}
+
+    @property
+    def line_patterns(self) -> tuple[str, ...]:
+        """Raw-line regexes the loaded rules use (any_line/count): the reader must see every line."""
+        out: list[str] = []
+        for r in self.rules:
+            for p in r.line_patterns:
+                if p not in out:
+                    out.append(p)
+        return tuple(out)
+
+    def selected(self, select: Iterable[str] = (), ignore: Iterable[str] = ()) -> "RuleSet":
+        sel, ign = list(select), list(ignore)
+        return RuleSet([r for r in self.rules if (not sel or _matches_any(r, sel)) and not _matches_any(r, ign)])
+
+
+def _matches_any(rule: Rule, specs: list[str]) -> bool:
+    """``--select`` / ``--ignore`` accept codes, code prefixes (``KVD0``) and names."""
+    for s in specs:
+        s = s.strip()
+        if not s:
+            continue
+        if s.upper() == "ALL" or rule.code.startswith(s.upper()) or rule.name == s.lower():
+            return True
+    return False
+
+
+# --- loading --------------------------------------------------------------------------------
+
+
+def builtin_rule_files() -> list[tuple[str, bytes]]:
+    """(name, content) of every rule shipped with kvlogdiag."""
+    out = []
+    root = resources.files("kvlogdiag.rules")
+    for entry in sorted(root.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".toml"):
+            out.append((f"rules/{entry.name}", entry.read_bytes()))
+    return out
+
+
+def load_rules(extra_dirs: Iterable[str] = (), include_builtin: bool = True) -> RuleSet:
+    """Load the built-in rules and every ``*.toml`` in ``extra_dirs``; RuleLoadError on the first bad file."""
+    rules: list[Rule] = []
+    seen: dict[str, str] = {}
+    files: list[tuple[str, bytes, bool]] = []
+    if include_builtin:
+        files.extend((n, c, True) for n, c in builtin_rule_files())
+    for d in extra_dirs:
+        p = Path(d)
+        if not p.is_dir():
+            raise RuleLoadError(f"{d}: rules folder not found")
+        for f in sorted(p.glob("*.toml")):
+            try:
+                files.append((str(f), f.read_bytes(), False))
+            except OSError as exc:
+                raise RuleLoadError(f"{f}: cannot read ({exc.strerror or exc})") from None
+    for name, content, builtin in files:
+        rule = load_rule(name, content, builtin)
+        if rule.code in seen:
+            raise RuleLoadError(f"{name}: rule {rule.code} is already defined in {seen[rule.code]}")
+        seen[rule.code] = name
+        rules.append(rule)
+    return RuleSet(rules)
+
+
+def load_rule(path: str, content: bytes | str, builtin: bool = False) -> Rule:
+    """Parse and validate one rule file."""
+    text = content.decode("utf-8", "replace") if isinstance(content, bytes) else content
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise RuleLoadError(f"{path}: not valid TOML: {exc}") from None
+    code = data.get("code")
+    where = f"{path}: {code or '<no code>'}"
+    if not isinstance(code, str) or not CODE_RE.match(code):
+        raise RuleLoadError(f"{where}: 'code' must look like KVD001")
+    name = data.get("name")
+    if not isinstance(name, str) or not SLUG_RE.match(name):
+        raise RuleLoadError(f"{where}: 'name' must be a lower-case slug like block-size-retention-mismatch")
+    stem = Path(path).stem
+    if stem != f"{code}-{name}":
+        raise RuleLoadError(f"{where}: file must be named {code}-{name}.toml")
+    severity = data.get("severity", "warning")
+    if severity not in SEVERITIES:
+        raise RuleLoadError(f"{where}: severity must be one of {', '.join(SEVERITIES)}")
+    for key in ("summary", "why", "fix"):
+        if not isinstance(data.get(key), str) or not data[key].strip():
+            raise RuleLoadError(f"{where}: '{key}' is required text")
+    refs = data.get("references", [])
+    if not isinstance(refs, list) or not all(isinstance(r, str) for r in refs):
+        raise RuleLoadError(f"{where}: 'references' must be a list of URLs")
+    known_top = {"code", "name", "severity", "summary", "message", "why", "fix", "references", "applies_to",
+                  "params", "let", "checks", "samples", "condition", "when", "evidence"}
+    unknown = set(data) - known_top
+    if unknown:
+        raise RuleLoadError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
+    params = data.get("params", {})
+    if not isinstance(params, dict) or not all(isinstance(v, (int, float, str, bool)) for v in params.values()):
+        raise RuleLoadError(f"{where}: [params] must map names to numbers, strings or booleans")
+    applies = data.get("applies_to", {})
+    _check_applies(where, applies)
+
+    names: set[str] = set(NAMES) | {f"params.{k}" for k in params}
+    lets: list[tuple[str, Condition]] = []
+    for lname, expr in (data.get("let") or {}).items():
+        if not isinstance(expr, str) or not re.match(r"^[a-z][a-z0-9_]*$", lname) or lname in names:
+            raise RuleLoadError(f"{where}: [let] {lname} must be a new lower-case name with an expression string")
+        lets.append((lname, _parse(where, f"let.{lname}", expr, names)))
+        names.add(lname)
+
+    raw_checks = data.get("checks")
+    if raw_checks is None:
+        cond = data.get("condition") or data.get("when")
+        if cond is None:
+            raise RuleLoadError(f"{where}: needs 'condition' or [[checks]]")
+        raw_checks = [{"when": cond, "message": data.get("message"), "severity": severity, "evidence": data.get("evidence", [])}]
+    if not isinstance(raw_checks, list) or not raw_checks:
+        raise RuleLoadError(f"{where}: [[checks]] must be a non-empty list")
+    checks: list[Check] = []
+    for i, c in enumerate(raw_checks):
+        if not isinstance(c, dict):
+            raise RuleLoadError(f"{where}: checks[{i}] must be a table")
+        extra = set(c) - {"when", "message", "severity", "fix", "evidence"}
+        if extra:
+            raise RuleLoadError(f"{where}: checks[{i}]: unknown field(s) {', '.join(sorted(extra))}")
+        sev = c.get("severity", severity)
+        if sev not in SEVERITIES:
+            raise RuleLoadError(f"{where}: checks[{i}]: severity must be one of {', '.join(SEVERITIES)}")
+        msg = c.get("message") or data.get("message")
+        if not isinstance(msg, str) or not msg.strip():
+            raise RuleLoadError(f"{where}: checks[{i}]: 'message' is required")
+        _check_template(where, f"checks[{i}].message", msg, names)
+        fix = c.get("fix")
+        if fix is not None:
+            _check_template(where, f"checks[{i}].fix", fix, names)
+        ev = c.get("evidence", [])
+        ev = [ev] if isinstance(ev, str) else ev
+        for e in ev:
+            if not (e in names or e.startswith("event:") or e.startswith("line:")):
+                raise RuleLoadError(f"{where}: checks[{i}].evidence: unknown name '{e}'")
+        checks.append(Check(_parse(where, f"checks[{i}].when", c.get("when"), names), msg, sev, fix, tuple(ev)))
+    _check_template(where, "fix", data["fix"], names)
+
+    samples = data.get("samples", [])
+    if not isinstance(samples, list) or not all(isinstance(s, dict) and isinstance(s.get("log"), str) and isinstance(s.get("fires"), bool) for s in samples):
+        raise RuleLoadError(f"{where}: [[samples]] need 'log' (text) and 'fires' (true/false)")
+    line_patterns = []
+    for _, cond in lets:
+        line_patterns.extend(_line_patterns(cond))
+    for c in checks:
+        line_patterns.extend(_line_patterns(c.when))
+    for c in checks:
+        for e in c.evidence:
+            if e.startswith("line:"):
+                line_patterns.append(e[5:])
+    return Rule(code, name, severity, data["summary"].strip(), checks[0].message, data["why"].strip(),
+                data["fix"].strip(), refs, applies, params, lets, checks, samples, path,
+                tuple(dict.fromkeys(line_patterns)), builtin)
+
+
+def _parse(where: str, field_name: str, text: Any, names: set[str]) -> Condition:
+    if not isinstance(text, str):
+        raise RuleLoadError(f"{where}: {field_name} must be a string")
+    try:
+        return parse(text, names, FUNCTIONS)
+    except ConditionError as exc:
+        raise RuleLoadError(f"{where}: {field_name}: {exc}") from None
+
+
+def _check_template(where: str, field_name: str, text: str, names: set[str]) -> None:
+    for m in _OPTIONAL_RE.finditer(text):
+        if m.group(1) not in names:
+            raise RuleLoadError(f"{where}: {field_name}: unknown name '{m.group(1)}' at column {m.start()}")
+    stripped = _TEMPLATE_RE.sub("", text)
+    if "{" in stripped or "}" in stripped:
+        raise RuleLoadError(f"{where}: {field_name}: only {{name}} or {{name:format}} placeholders are allowed")
+    for m in _TEMPLATE_RE.finditer(text):
+        if m.group(1) not in names:
+            raise RuleLoadError(f"{where}: {field_name}: unknown name '{m.group(1)}' at column {m.start()}")
+
+
+def _check_applies(where: str, applies: Any) -> None:
+    if not isinstance(applies, dict):
+        raise RuleLoadError(f"{where}: [applies_to] must be a table")
+    for k, v in applies.items():
+        if k in ("engine", "platform", "role"):
+            if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+                raise RuleLoadError(f"{where}: applies_to.{k} must be a list of strings")
+        elif k == "vllm":
+            if not isinstance(v, str) or not all(re.match(r"^\s*(>=|<=|<|>|==)\s*\d+(\.\d+){0,2}\s*$", p) for p in v.split(",")):
+                raise RuleLoadError(f"{where}: applies_to.vllm must look like '>=0.9.1,<0.27'")
+        else:
+            raise RuleLoadError(f"{where}: applies_to.{k} is not known (engine, platform, vllm, role)")
+
+
+def _line_patterns(cond: Condition) -> list[str]:
+    out = []
+    stack = [cond.tree]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, Call):
+            if n.name in ("any_line", "count") and n.args and isinstance(n.args[0], Literal) and isinstance(n.args[0].value, str):
+                out.append(n.args[0].value)
+            stack.extend(n.args)
+        elif isinstance(n, ListExpr):
+            stack.extend(n.items)
+        elif isinstance(n, Unary):
+            stack.append(n.operand)
+        elif isinstance(n, Binary):
+            stack.extend((n.left, n.right))
+    return out
+
+
+# --- evaluation -----------------------------------------------------------------------------
+
+
+@dataclass
+class RuleError:
+    code: str
+    message: str
+
+
+def applies(rule: Rule, ctx: dict[str, Any]) -> bool:
+    """Unknown facts never exclude a rule: the rule's own condition decides then."""
+    a = rule.applies_to
+    if "engine" in a and ctx.get("engine") is not None and ctx["engine"] not in a["engine"]:
+        return False
+    if "platform" in a and ctx.get("platform") is not None and ctx["platform"] not in a["platform"]:
+        return False
+    if "role" in a and ctx.get("node_role") is not None and ctx["node_role"] not in a["role"]:
+        return False
+    if "vllm" in a and ctx.get("vllm_version"):
+        for part in a["vllm"].split(","):
+            m = re.match(r"^\s*(>=|<=|<|>|==)\s*(\S+)\s*$", part)
+            c = version_cmp(ctx["vllm_version"], m.group(2)) if m else None
+            if c is None:
+                continue
+            op = m.group(1)
+            ok = {">=": c >= 0, "<=": c <= 0, "<": c < 0, ">": c > 0, "==": c == 0}[op]
+            if not ok:
+                return False
+    return True
+
+
+def _functions(ctx: dict[str, Any], facts: LogFacts, line_hits: dict[str, tuple[int, Fact | None]]) -> dict[str, Callable]:
+    def version_ge(v: str) -> bool | None:
+        c = version_cmp(ctx.get("vllm_version"), str(v))
+        return None if c is None else c >= 0
+
+    def version_lt(v: str) -> bool | None:
+        c = version_cmp(ctx.get("vllm_version"), str(v))
+        return None if c is None else c < 0
+
+    def multiple_of(a: Any, b: Any) -> bool | None:
+        if not isinstance(a, int) or not isinstance(b, int) or isinstance(a, bool) or isinstance(b, bool) or b == 0:
+            return None
+        return a % b == 0
+
+    def _nums(args):
+        return [a for a in args if isinstance(a, (int, float)) and not isinstance(a, bool)]
+
+    def rnd(x, n=0):
+        return round(x, int(n)) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+    def contains(container, item):
+        if isinstance(container, (list, tuple)):
+            return item in container
+        if isinstance(container, str) and isinstance(item, str):
+            return item in container
+        return False
+
+    return {
+        "defined": lambda x: x is not None,
+        "event": lambda name: facts.event_count(str(name)),
+        "any_line": lambda p: line_hits.get(p, (0, None))[0] > 0,
+        "count": lambda p: line_hits.get(p, (0, None))[0],
+        "version_ge": version_ge,
+        "version_lt": version_lt,
+        "contains": contains,
+        "matches": lambda s, p: (regex_search(p, s) is not None) if isinstance(s, str) else False,
+        "lower": lambda s: s.lower() if isinstance(s, str) else None,
+        "len": lambda x: len(x) if isinstance(x, (list, str)) else None,
+        "min": lambda *a: min(_nums(a)) if _nums(a) else None,
+        "max": lambda *a: max(_nums(a)) if _nums(a) else None,
+        "abs": lambda x: abs(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None,
+        "round": rnd,
+        "multiple_of": multiple_of,
+        "gib": lambda b: b / (1 << 30) if isinstance(b, (int, float)) and not isinstance(b, bool) else None,
+        "coalesce": lambda *a: next((x for x in a if x is not None), None),
+    }
+
+
+def render_template(template: str, env: dict[str, Any]) -> str:
+    """Fill ``{name}`` / ``{name:spec}`` and ``[?name: optional text]``; a null value reads 'unknown'."""
+
+    def one(m: re.Match) -> str:
+        value = env.get(m.group(1))
+        spec = m.group(2) or ""
+        if value is None:
+            return "unknown"
+        if isinstance(value, float) and not math.isfinite(value):
+            return "unknown"
+        if isinstance(value, (list, tuple)):
+            return ", ".join(str(x) for x in value) or "none"
+        if isinstance(value, bool):
+            return "yes" if value else "no"
+        try:
+            return format(value, spec)
+        except (ValueError, TypeError):
+            return str(value)
+
+    def optional(m: re.Match) -> str:
+        value = env.get(m.group(1))
+        return m.group(2) if value not in (None, False, "", []) else ""
+
+    return _TEMPLATE_RE.sub(one, _OPTIONAL_RE.sub(optional, template))
+
+
+def _evidence(check: Check, rule: Rule, prov: dict[str, Fact], facts: LogFacts,
+              line_hits: dict[str, tuple[int, Fact | None]], ctx_names: Iterable[str]) -> Fact | None:
+    candidates = list(check.evidence)
+    if not candidates:
+        candidates = sorted(check.when.names & set(prov), key=lambda n: prov[n].line)
+    for e in candidates:
+        if e.startswith("event:"):
+            lst = facts.events.get(e[6:])
+            if lst:
+                return lst[0]
+        elif e.startswith("line:"):
+            hit = line_hits.get(e[5:])
+            if hit and hit[1] is not None:
+                return hit[1]
+        elif e in prov:
+            return prov[e]
+    return None
+
+
+def evaluate(rules: RuleSet, facts: LogFacts, analysis: dict, options: Options | None = None,
+             errors: list[RuleError] | None = None) -> list[dict]:
+    """Evaluate every rule; returns findings sorted by line, then code."""
+    opts = options or Options()
+    ctx, prov = build_context(facts, analysis, opts)
+    line_hits = facts.line_hits
+    funcs = _functions(ctx, facts, line_hits)
+    findings: list[dict] = []
+    for rule in rules.rules:
+        if not applies(rule, ctx):
+            continue
+        env = dict(ctx)
+        params = dict(rule.params)
+        params.update(opts.params.get(rule.code, {}))
+        env.update({f"params.{k}": v for k, v in params.items()})
+        try:
+            for lname, cond in rule.lets:
+                env[lname] = cond.evaluate(env, funcs)
+            for check in rule.checks:
+                if _truthy(check.when.evaluate(env, funcs)):
+                    ev = _evidence(check, rule, prov, facts, line_hits, env)
+                    findings.append({
+                        "rule": rule.code,
+                        "name": rule.name,
+                        "severity": check.severity,
+                        "message": render_template(check.message, env),
+                        "fix": render_template(check.fix or rule.fix, env),
+                        "line": ev.line if ev else None,
+                        "evidence": ev.raw if ev else None,
+                        "rank": ev.rank if ev else None,
+                        "summary": rule.summary,
+                    })
+                    break
+        except (EvaluationError, ArithmeticError, TypeError, ValueError, RecursionError) as exc:
+            err = RuleError(rule.code, f"{rule.path}: {rule.code}: evaluation failed: {exc}")
+            if errors is not None:
+                errors.append(err)
+            if opts.strict_rules:
+                raise RuleLoadError(err.message) from None
+    findings.sort(key=lambda f: (f["line"] if f["line"] is not None else float("inf"), f["rule"]))
+    return findings
+
+
+def _truthy(x: Any) -> bool:
+    return x is not None and x is not False and x != 0 and x != "" and x != []

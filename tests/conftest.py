@@ -1,0 +1,54 @@
+"""Shared fixtures for the kvlogdiag core test suite.
+
+Tests only read files inside the repository (``tests/data``, ``sample_logs``) and write to
+pytest's ``tmp_path``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from kvlogdiag.analysis import analyze_source
+
+TESTS_DIR = Path(__file__).resolve().parent
+REPO_ROOT = TESTS_DIR.parent
+DATA_DIR = TESTS_DIR / "data"
+SAMPLE_LOGS_DIR = REPO_ROOT / "sample_logs"
+
+GIB = 2**30
+
+
+def dedent_log(text: str) -> str:
+    """Strip the common indentation of a triple-quoted log and its leading blank line."""
+    import textwrap
+
+    return textwrap.dedent(text).lstrip("\n")
+
+
+@pytest.fixture
+def write_log(tmp_path):
+    """Write text or bytes to a fresh file under tmp_path; returns its path as str."""
+    counter = itertools.count()
+
+    def _write(content: str | bytes, name: str | None = None) -> str:
+        data = content.encode("utf-8") if isinstance(content, str) else content
+        path = tmp_path / (name or f"log{next(counter)}.log")
+        path.write_bytes(data)
+        return str(path)
+
+    return _write
+
+
+@pytest.fixture
+def analyze_text(write_log):
+    """``analyze_text(text | bytes) -> dict``: the full analysis of a log given as text."""
+
+    def _analyze(content: str | bytes, name: str | None = None) -> dict:
+        if isinstance(content, str):
+            content = dedent_log(content)
+        return analyze_source(write_log(content, name))
+
+    return _analyze
