@@ -46,7 +46,7 @@ import re
 from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Union
+from typing import Any, NamedTuple, TypeVar, Union
 
 import regex
 
@@ -63,13 +63,15 @@ MAX_DIGITS = 30
 MAX_STEPS = 10_000
 MAX_MAGNITUDE = 1e300
 
+_E = TypeVar("_E", bound="_PositionedError")
+
 
 class _PositionedError(Exception):
     def __init__(self, message: str, position: int | None = None, context: str = "") -> None:
         super().__init__(message, position, context)  # keeps the error picklable
         self.message, self.position, self.context = message, position, context
 
-    def with_context(self, context: str) -> _PositionedError:
+    def with_context(self: _E, context: str) -> _E:
         """The same error prefixed with e.g. ``"rules/kv.toml: KV001"``."""
         joined = f"{context}: {self.context}" if self.context else context
         return type(self)(self.message, self.position, joined)

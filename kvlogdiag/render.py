@@ -1,0 +1,256 @@
+"""Renderers: analyses → terminal text, JSON, Markdown.
+
+Renderers only read the analysis dictionaries; they never look at log lines again. Every piece
+of log text that reaches Markdown is escaped (table pipes, backticks, HTML), so a hostile log line
+renders as text.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import re
+from typing import Any, Iterable
+
+from tabulate import tabulate
+
+from kvlogdiag import __version__
+
+SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
+_MARK = {"error": "E", "warning": "W", "info": "I"}
+
+
+def _clean(obj: Any) -> Any:
+    """JSON-safe copy: non-finite floats → None, tuples → lists, unknown objects → str."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items() if not str(k).startswith("_")}
+    if isinstance(obj, (list, tuple, set)):
+        return [_clean(v) for v in obj]
+    if obj is None or isinstance(obj, (str, int, bool)):
+        return obj
+    return str(obj)
+
+
+def json_document(analyses: list[dict], extra: dict | None = None) -> dict:
+    doc = {"tool": "kvlogdiag", "version": __version__, "analyses": [_clean(a) for a in analyses]}
+    if extra:
+        doc.update(_clean(extra))
+    return doc
+
+
+def render_json(analyses: list[dict], extra: dict | None = None) -> str:
+    return json.dumps(json_document(analyses, extra), indent=2, ensure_ascii=False, allow_nan=False)
+
+
+def fmt_num(v: Any, digits: int = 0) -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            return "—"
+        return f"{v:,.{digits}f}"
+    return str(v)
+
+
+def fmt_gib(v: float | None) -> str:
+    return "—" if v is None else f"{v:g} GiB"
+
+
+def fmt_bpt(v: float | None) -> str:
+    if v is None:
+        return "—"
+    return f"{v:,.0f} B ({v / 1024:,.1f} KiB)"
+
+
+def visible_findings(analysis: dict, min_severity: str = "info") -> list[dict]:
+    limit = SEVERITY_ORDER.get(min_severity, 2)
+    return [f for f in analysis.get("findings", []) if SEVERITY_ORDER.get(f["severity"], 2) <= limit]
+
+
+def error_lines(a: dict) -> list[str]:
+    """Start-up errors in words."""
+    out = []
+    ik = a["errors"]["insufficient_kv"]
+    if ik:
+        out.append(f"insufficient KV cache: one request at max seq len {fmt_num(ik['max_seq_len'])} needs {fmt_gib(ik['needed_gib'])}, "
+                   f"available {fmt_gib(ik['available_gib'])}; vLLM's estimated max length {fmt_num(ik['estimated_max_len'])}")
+    if a["errors"].get("no_available_memory"):
+        out.append("no available memory for the cache blocks")
+    if a["errors"].get("startup_failed"):
+        out.append("the engine core failed to start")
+    return out
+
+
+def _identity_rows(a: dict) -> list[tuple[str, str]]:
+    v, c = a["vllm"], a["config"]
+    par = "/".join(fmt_num(c[k]) for k in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"))
+    kt = a.get("kv_transfer") or {}
+    rows = [
+        ("vLLM", f"{v['version'] or '—'} ({v['engine'] or '?'} engine, {v['platform'] or 'platform ?'})"),
+        ("model", c["model"] or "—"),
+        ("TP/PP/DP", par),
+        ("max_model_len", fmt_num(c["max_model_len"])),
+        ("block_size", fmt_num(c["block_size"])),
+        ("gpu_memory_utilization", fmt_num(c["gpu_memory_utilization"], 2) if c["gpu_memory_utilization"] is not None else "—"),
+        ("kv_cache_dtype", c["kv_cache_dtype"] or "—"),
+        ("max_num_batched_tokens / max_num_seqs", f"{fmt_num(c['max_num_batched_tokens'])} / {fmt_num(c['max_num_seqs'])}"),
+        ("hybrid KV cache manager", {True: "OFF", False: "on", None: "—"}[c["disable_hybrid_kv_cache_manager"]]),
+    ]
+    if kt:
+        rows.append(("KV connector", f"{' + '.join(kt.get('all_connectors') or []) or '—'} (role {kt.get('kv_role') or '—'})"))
+    if c.get("env"):
+        rows.append(("VLLM_* env", ", ".join(f"{k}={val}" for k, val in c["env"].items())))
+    return rows
+
+
+def _rank_rows(a: dict) -> list[list[str]]:
+    rows = []
+    for r in a["kv_cache"]["bytes_per_token_by_rank"]:
+        rows.append([r["rank"] or "—", f"DP{r['dp_group']}" + (f" run {r['run'] + 1}" if a.get("runs", 1) > 1 else ""),
+                     fmt_gib(r["available_gib"]), fmt_num(r["tokens"]), fmt_bpt(r["bytes_per_token"]),
+                     f"{r['memory_line']}/{r['tokens_line']}"])
+    return rows
+
+
+def render_text(analyses: list[dict], min_severity: str = "info", errors: Iterable[str] = ()) -> str:
+    """The default terminal summary."""
+    out: list[str] = []
+    for a in analyses:
+        out.append(f"== {a['source']}  ({a['lines_read']:,} lines{', %d runs' % a['runs'] if a.get('runs', 1) > 1 else ''})")
+        out.append(tabulate(_identity_rows(a), tablefmt="plain"))
+        kv = a["kv_cache"]
+        out.append("")
+        out.append("KV cache")
+        bpt = kv["bytes_per_token"]
+        kind = kv["bytes_per_token_kind"]
+        lines = [("bytes per token (per rank)", fmt_bpt(bpt) + (f"  [{kind}]" if kind else ""))]
+        if kv["available_gib"]:
+            lines.append(("Available KV cache memory", ", ".join(fmt_gib(x) for x in kv["available_gib"])))
+        for b in kv["kv_budget"]:
+            lines.append((f"KV budget ({b['source']}, line {b['line']})", fmt_gib(b["gib"])))
+        if kv["tokens"]:
+            lines.append(("KV cache size (tokens)", ", ".join(fmt_num(x) for x in kv["tokens"])))
+        if kv["gpu_blocks"]:
+            lines.append(("V0 blocks", ", ".join(fmt_num(x) for x in kv["gpu_blocks"])))
+        for mc in kv["max_concurrency"][:4]:
+            lines.append((f"max concurrency @ {mc['tokens_per_request']:,} tokens", f"{mc['concurrency']:.2f}x"))
+        if kv.get("bytes_per_token_note"):
+            lines.append(("note", kv["bytes_per_token_note"]))
+        out.append(tabulate(lines, tablefmt="plain"))
+        rr = _rank_rows(a)
+        if rr:
+            out.append("")
+            out.append(tabulate(rr, headers=["rank", "group", "available", "tokens", "bytes/token", "lines"], tablefmt="simple"))
+        errs = error_lines(a)
+        if errs:
+            out.append("")
+            out.append("Errors")
+            out.extend("  " + e for e in errs)
+        rt = a["runtime"]
+        if rt["stats_lines"] or rt["preemptions"] or rt.get("recompute_preemptions"):
+            out.append("")
+            out.append(f"Runtime: {rt['stats_lines']:,} stats lines, max KV usage {fmt_num(rt['kv_usage_max_pct'], 1)} %, "
+                       f"preemptions: {rt['preemptions']} V0 warnings / {rt.get('stats_preemptions_total', 0)} in V1 stats"
+                       f" / {rt.get('recompute_preemptions', 0)} RecomputeScheduler")
+        fs = visible_findings(a, min_severity)
+        out.append("")
+        if fs:
+            out.append(f"Findings ({len(fs)})")
+            for f in fs:
+                loc = f"{a['source']}:{f['line']}" if f["line"] else a["source"]
+                out.append(f"  {loc}: {f['rule']} [{f['severity']}] {f['name']}")
+                out.append(f"      {f['message']}")
+                if f.get("fix"):
+                    out.append(f"      fix: {f['fix']}")
+        else:
+            out.append("No findings.")
+        out.append("")
+    for e in errors:
+        out.append(f"error: {e}")
+    return "\n".join(out).rstrip() + "\n"
+
+
+# --- Markdown ---------------------------------------------------------------------------------
+
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]|~])")
+
+
+def md_escape(text: Any) -> str:
+    """Escape text for Markdown tables and prose: no HTML, no links, no code spans, no pipes."""
+    s = "" if text is None else str(text)
+    s = s.replace("\r", " ").replace("\n", " ")
+    s = html.escape(s, quote=False)
+    return _MD_SPECIAL.sub(r"\\\1", s)
+
+
+def md_code_block(lines: Iterable[str]) -> str:
+    """A fenced block whose fence is longer than any backtick run inside (so it cannot be closed early);
+    HTML-escaped because it may sit inside <details>."""
+    body = "\n".join(html.escape(line, quote=False) for line in lines)
+    longest = max((len(m) for m in re.findall(r"`+", body)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}text\n{body}\n{fence}"
+
+
+def _md_table(headers: list[str], rows: list[list[Any]]) -> str:
+    head = "| " + " | ".join(md_escape(h) for h in headers) + " |"
+    sep = "|" + "|".join("---" for _ in headers) + "|"
+    body = ["| " + " | ".join(md_escape(c) for c in r) + " |" for r in rows]
+    return "\n".join([head, sep, *body])
+
+
+def render_markdown(analyses: list[dict], min_severity: str = "info", details: bool = True) -> str:
+    out: list[str] = []
+    for a in analyses:
+        fs = visible_findings(a, min_severity)
+        counts = {s: sum(1 for f in fs if f["severity"] == s) for s in ("error", "warning", "info")}
+        out.append(f"## kvlogdiag: {md_escape(a['source'])}")
+        out.append("")
+        out.append(f"{a['lines_read']:,} lines read · {counts['error']} errors · {counts['warning']} warnings · {counts['info']} info")
+        out.append("")
+        out.append(_md_table(["setting", "value"], [list(r) for r in _identity_rows(a)]))
+        out.append("")
+        kv = a["kv_cache"]
+        out.append(f"**bytes per token (per rank): {md_escape(fmt_bpt(kv['bytes_per_token']))}**"
+                   + (f" ({md_escape(kv['bytes_per_token_kind'])})" if kv["bytes_per_token_kind"] else ""))
+        if kv.get("bytes_per_token_note"):
+            out.append("")
+            out.append(f"> {md_escape(kv['bytes_per_token_note'])}")
+        rr = _rank_rows(a)
+        if rr:
+            out.append("")
+            out.append(_md_table(["rank", "group", "available", "tokens", "bytes/token", "lines"], rr))
+        errs = error_lines(a)
+        if errs:
+            out.append("")
+            out.append("### Errors")
+            out.append("")
+            out.extend(f"- {md_escape(e)}" for e in errs)
+        out.append("")
+        if fs:
+            out.append("### Findings")
+            out.append("")
+            for f in fs:
+                out.append(f"- **{f['rule']} {md_escape(f['name'])}** ({f['severity']}"
+                           + (f", line {f['line']}" if f["line"] else "") + f"): {md_escape(f['message'])}")
+                if f.get("fix"):
+                    out.append(f"  - fix: {md_escape(f['fix'])}")
+                if details and f.get("evidence"):
+                    out.append("")
+                    out.append("  <details><summary>evidence</summary>")
+                    out.append("")
+                    out.append("  " + md_code_block([f"{f['line']}: {f['evidence']}"]).replace("\n", "\n  "))
+                    out.append("")
+                    out.append("  </details>")
+            out.append("")
+        else:
+            out.append("No findings.")
+            out.append("")
+    return "\n".join(out).rstrip() + "\n"
