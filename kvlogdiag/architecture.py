@@ -25,7 +25,6 @@ Pure Python, no network.  Everything is per rank.
 from __future__ import annotations
 
 import json
-import math
 import re
 import sys
 from dataclasses import dataclass, field
@@ -75,7 +74,7 @@ GIB_BYTES = 2**30
 DEFAULT_IN_FLIGHT_TOKENS = 8192
 
 KIND_FULL = "full"  # standard full attention (MHA / GQA / MQA)
-KIND_SLIDING = "sliding"  # sliding-window (or chunked-local) attention
+KIND_SLIDING = "sliding"  # sliding-window attention
 KIND_MLA = "mla"  # DeepSeek multi-head latent attention
 KIND_MLA_SPARSE = "mla_sparse"  # DeepSeek-V3.2 sparse MLA (+ lightning indexer)
 KIND_DSV4 = "dsv4"  # DeepSeek-V4 compressed attention (+ sliding window on every layer)
@@ -412,7 +411,6 @@ _LAYER_TYPE_KINDS = {
     "sliding_attention": KIND_SLIDING,
     "sliding_window_attention": KIND_SLIDING,
     "local_attention": KIND_SLIDING,
-    "chunked_attention": KIND_SLIDING,
     "linear_attention": KIND_MAMBA,
     "mamba": KIND_MAMBA,
     "mamba2": KIND_MAMBA,
@@ -557,8 +555,6 @@ def from_hf_config(config: Mapping[str, Any], name: str | None = None) -> ModelA
             raise UnknownArchitecture(
                 f"layer_types has {len(layer_types)} entries for {n_layers} layers"
             )
-        if mt == "llama4" or any(str(t) == "chunked_attention" for t in layer_types):
-            window = window or cfg.get("attention_chunk_size")
         state = _linear_attention_state_bytes(cfg)
         layers = _layers_from_types(layer_types[:n_layers], kv_heads, head_dim, window, mt, state)
         family = {"gpt_oss": "gpt-oss", "gemma2": "gemma2", "gemma3": "gemma3",
@@ -908,7 +904,6 @@ def expected_kv(
         assumptions.append("MLA / DeepSeek-V4 latent caches are replicated on every TP rank "
                            "(not divided by TP)")
 
-    uses_window = False
     stage_results = []
     for stage in stage_layers:
         costs = [_layer_cost(s, tp, dt, kv_name, platform, notes) for s in stage]

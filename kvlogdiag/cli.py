@@ -177,6 +177,21 @@ def explain(code: str, rule_dirs: tuple[str, ...]) -> None:
     click.echo(rule_text(sel.rules[0]), nl=False)
 
 
+@cli.command()
+@click.option("--format", "fmt", type=click.Choice(["table", "markdown"]), default="table", show_default=True)
+def patterns(fmt: str) -> None:
+    """List the log lines kvlogdiag recognises, with the vLLM versions they cover."""
+    from kvlogdiag.patterns import catalogue, catalogue_markdown
+
+    if fmt == "markdown":
+        click.echo(catalogue_markdown(), nl=False)
+        return
+    from tabulate import tabulate
+
+    click.echo(tabulate([[p.name, p.versions, len(p.samples)] for p in catalogue()],
+                        headers=["pattern", "vLLM versions", "samples"], tablefmt="simple"))
+
+
 def _load_or_exit(rule_dirs) -> RuleSet:
     try:
         return load_rules(rule_dirs)

@@ -8,6 +8,7 @@ folders, relative to the file), ``role``, ``p99-len``, ``avg-prompt-len``, ``str
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -47,11 +48,20 @@ def find_config(start: Path | None = None) -> tuple[Path, dict] | None:
     return None
 
 
+def toml_error_line(exc: Exception, text: str) -> int:
+    """Line number of a TOML error (tomllib says "at line N" or "at end of document")."""
+    m = re.search(r"line (\d+)", str(exc))
+    if m:
+        return int(m.group(1))
+    return max(1, text.count("\n") + (0 if text.endswith("\n") else 1))
+
+
 def _read(path: Path) -> dict:
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+        raise ConfigError(f"{path}:{toml_error_line(exc, text)}: invalid TOML: {exc}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read: {exc}") from None
 

@@ -294,8 +294,9 @@ def derive(facts: LogFacts) -> dict[str, Any]:
             kind = "pool"
         elif vt is not None:
             kind = "effective"
-    if not pairs and facts.tokens and not facts.available and not facts.kv_budget:
-        notes.append("the log gives a token count but no KV memory figure (vLLM < 0.9.1 prints none)")
+    if not pairs and (facts.tokens or facts.blocks) and not facts.available and not facts.kv_budget:
+        notes.append("the log gives a KV capacity (tokens or blocks) but no KV memory figure "
+                     "(vLLM V1 < 0.9.1 and V0 < 0.6.4 print none)")
 
     ik = facts.insufficient_kv[0].value if facts.insufficient_kv else None
 

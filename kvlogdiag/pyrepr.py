@@ -28,6 +28,7 @@ class _Parser:
         self.s = text
         self.i = 0
         self.n = len(text)
+        self.partial: Any = None  # what the innermost container being cut had read
 
     def ws(self) -> None:
         s, i, n = self.s, self.i, self.n
@@ -59,59 +60,113 @@ class _Parser:
             return self.number()
         return self.name_or_call(depth)
 
-    def mapping(self, depth: int) -> dict:
+    def _child(self, depth: int) -> tuple[Any, bool]:
+        """Parse one nested value; on a cut return (what the child had read, True)."""
+        self.partial = None
+        try:
+            return self.value(depth), False
+        except _Cut:
+            return self.partial, True
+
+    def mapping(self, depth: int) -> Any:
         self.i += 1
         out: dict = {}
-        while True:
-            c = self.peek()
-            if c == "}":
+        try:
+            while True:
+                c = self.peek()
+                if c == "}":
+                    self.i += 1
+                    return out
+                if not c:
+                    raise _Cut("end")
+                key = self.value(depth + 1)
+                c = self.peek()
+                if not out and c in (",", "}"):
+                    break  # a set display, not a dict
+                if c != ":":
+                    raise _Cut("expected ':'")
                 self.i += 1
-                return out
-            if not c:
-                raise _Cut("end")
-            key = self.value(depth + 1)
-            if self.peek() != ":":
-                raise _Cut("expected ':'")
-            self.i += 1
-            try:
-                out[_hashable(key)] = self.value(depth + 1)
-            except _Cut:
-                out[_hashable(key)] = None
-                self.partial = out
-                raise
-            c = self.peek()
-            if c == ",":
-                self.i += 1
-            elif c != "}":
-                raise _Cut("expected ',' or '}'")
+                val, cut = self._child(depth + 1)
+                out[_hashable(key)] = val
+                if cut:
+                    raise _Cut("cut inside a value")
+                c = self.peek()
+                if c == ",":
+                    self.i += 1
+                elif c != "}":
+                    raise _Cut("expected ',' or '}'")
+        except _Cut:
+            self.partial = out
+            raise
+        return self._set_rest(key, depth)
+
+    def _set_rest(self, first: Any, depth: int) -> list:
+        """A set display ``{a, b}`` (first element already read) → list, in printed order."""
+        out = [first]
+        try:
+            while True:
+                c = self.peek()
+                if c == ",":
+                    self.i += 1
+                    c = self.peek()
+                if c == "}":
+                    self.i += 1
+                    return out
+                if not c:
+                    raise _Cut("end")
+                val, cut = self._child(depth + 1)
+                if cut:
+                    if val is not None:
+                        out.append(val)
+                    raise _Cut("cut inside a value")
+                out.append(val)
+                c = self.peek()
+                if c not in (",", "}"):
+                    raise _Cut("expected ',' or '}'")
+        except _Cut:
+            self.partial = out
+            raise
 
     def seq(self, close: str, depth: int) -> list:
         self.i += 1
         out: list = []
-        while True:
-            c = self.peek()
-            if c == close:
-                self.i += 1
-                return out
-            if not c:
-                raise _Cut("end")
-            out.append(self.value(depth + 1))
-            c = self.peek()
-            if c == ",":
-                self.i += 1
-            elif c != close:
-                raise _Cut(f"expected ',' or '{close}'")
+        try:
+            while True:
+                c = self.peek()
+                if c == close:
+                    self.i += 1
+                    return out
+                if not c:
+                    raise _Cut("end")
+                val, cut = self._child(depth + 1)
+                if cut:
+                    if val is not None:
+                        out.append(val)
+                    raise _Cut("cut inside a value")
+                out.append(val)
+                c = self.peek()
+                if c == ",":
+                    self.i += 1
+                elif c != close:
+                    raise _Cut(f"expected ',' or '{close}'")
+        except _Cut:
+            self.partial = out
+            raise
 
-    def string(self) -> str:
+    def string(self, raw: bool = False) -> str:
         s, q = self.s, self.s[self.i]
+        n = self.n
         i = self.i + 1
         buf = []
-        while i < self.n:
+        while i < n:
             ch = s[i]
-            if ch == "\\" and i + 1 < self.n:
-                nxt = s[i + 1]
-                buf.append({"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '"'}.get(nxt, "\\" + nxt))
-                i += 2
+            if ch == "\\" and i + 1 < n:
+                if raw:
+                    buf.append(s[i: i + 2])
+                    i += 2
+                    continue
+                text, i = _unescape(s, i, n)
+                buf.append(text)
                 continue
             if ch == q:
                 self.i = i + 1
@@ -121,12 +176,28 @@ class _Parser:
         raise _Cut("unterminated string")
 
     def angle(self) -> str:
-        end = self.s.find(">", self.i)
-        if end < 0:
-            raise _Cut("unterminated <...>")
-        text = self.s[self.i: end + 1]
-        self.i = end + 1
-        return text
+        """``<Enum.X: 3>``, ``<function <lambda> at 0x7f>``: kept as text, nesting and quotes respected."""
+        s, n = self.s, self.n
+        i = self.i
+        depth = 0
+        quote = ""
+        while i < n:
+            ch = s[i]
+            if quote:
+                if ch == quote:
+                    quote = ""
+            elif ch in "'\"" and s[i - 1: i] in (" ", "(", "[", "{", ":", ","):
+                quote = ch
+            elif ch == "<":
+                depth += 1
+            elif ch == ">":
+                depth -= 1
+                if depth == 0:
+                    text = s[self.i: i + 1]
+                    self.i = i + 1
+                    return text
+            i += 1
+        raise _Cut("unterminated <...>")
 
     def number(self) -> Any:
         s, i = self.s, self.i
@@ -153,6 +224,8 @@ class _Parser:
             raise _Cut(f"unexpected {s[i]!r}")
         name = s[i:j]
         self.i = j
+        if j < self.n and s[j] in "'\"" and name.lower() in _STRING_PREFIXES:
+            return self.string(raw="r" in name.lower())
         if name == "True":
             return True
         if name == "False":
@@ -170,42 +243,81 @@ class _Parser:
         self.i += 1
         out: dict = {CLASS_KEY: name}
         args: list = []
-        while True:
-            c = self.peek()
-            if c == ")":
-                self.i += 1
-                if args:
-                    out["args"] = args
-                return out
-            if not c:
-                self.partial = out
-                raise _Cut("end")
-            save = self.i
-            key = None
-            j = self.i
-            while j < self.n and (self.s[j].isalnum() or self.s[j] == "_"):
-                j += 1
-            if j > self.i and j < self.n and self.s[j] == "=" and self.s[j + 1: j + 2] != "=":
-                key = self.s[self.i: j]
-                self.i = j + 1
-            else:
-                self.i = save
+        try:
+            while True:
+                c = self.peek()
+                if c == ")":
+                    self.i += 1
+                    if args:
+                        out["args"] = args
+                    return out
+                if not c:
+                    raise _Cut("end")
+                key = None
+                j = self.i
+                while j < self.n and (self.s[j].isalnum() or self.s[j] == "_"):
+                    j += 1
+                if j > self.i and j < self.n and self.s[j] == "=" and self.s[j + 1: j + 2] != "=":
+                    key = self.s[self.i: j]
+                    self.i = j + 1
+                val, cut = self._child(depth + 1)
+                if key is None:
+                    if not cut or val is not None:
+                        args.append(val)
+                else:
+                    out[key] = val
+                if cut:
+                    raise _Cut("cut inside a value")
+                c = self.peek()
+                if c == ",":
+                    self.i += 1
+                elif c != ")":
+                    raise _Cut("expected ',' or ')'")
+        except _Cut:
+            if args:
+                out["args"] = args
+            self.partial = out
+            raise
+
+
+_STRING_PREFIXES = {"b", "r", "u", "rb", "br"}
+_SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '"',
+                   "a": "\a", "b": "\b", "f": "\f", "v": "\v", "\n": ""}
+_HEX_LEN = {"x": 2, "u": 4, "U": 8}
+
+
+def _unescape(s: str, i: int, n: int) -> tuple[str, int]:
+    """Decode the Python escape at ``s[i] == '\\'``; return (text, index after it).
+
+    Unknown or malformed escapes are kept verbatim, as Python does for unknown ones.
+    """
+    nxt = s[i + 1]
+    simple = _SIMPLE_ESCAPES.get(nxt)
+    if simple is not None:
+        return simple, i + 2
+    if nxt in _HEX_LEN:
+        k = _HEX_LEN[nxt]
+        digits = s[i + 2: i + 2 + k]
+        if len(digits) == k and all(c in "0123456789abcdefABCDEF" for c in digits):
+            code = int(digits, 16)
+            if code <= 0x10FFFF:
+                return chr(code), i + 2 + k
+        return "\\" + nxt, i + 2
+    if nxt in "01234567":
+        j = i + 1
+        while j < n and j < i + 4 and s[j] in "01234567":
+            j += 1
+        return chr(int(s[i + 1: j], 8)), j
+    if nxt == "N" and s[i + 2: i + 3] == "{":
+        end = s.find("}", i + 3)
+        if end > 0:
+            import unicodedata
+
             try:
-                val = self.value(depth + 1)
-            except _Cut:
-                if key is not None:
-                    out[key] = None
-                self.partial = out
-                raise
-            if key is None:
-                args.append(val)
-            else:
-                out[key] = val
-            c = self.peek()
-            if c == ",":
-                self.i += 1
-            elif c != ")":
-                raise _Cut("expected ',' or ')'")
+                return unicodedata.lookup(s[i + 3: end]), end + 1
+            except KeyError:
+                pass
+    return "\\" + nxt, i + 2
 
 
 def _hashable(key: Any) -> Any:
@@ -225,8 +337,13 @@ def parse_repr(text: str) -> Any:
     p = _Parser(text)
     try:
         return p.value()
-    except (_Cut, RecursionError, IndexError):
-        partial = getattr(p, "partial", None)
+    except (_Cut, RecursionError, IndexError, ValueError):
+        partial = p.partial
+        if isinstance(partial, dict) and text.lstrip().startswith("{"):
+            # a dict broken in the middle (not cut at the end): the lenient pass may read more
+            salvaged = _salvage_dict(text)
+            if isinstance(salvaged, dict) and len(salvaged) > len(partial):
+                return salvaged
         if partial is not None:
             return partial
         return _salvage_dict(text)
@@ -252,7 +369,7 @@ def _salvage_dict(text: str) -> Any:
             out[_hashable(key)] = p.value(1)
             if p.peek() == ",":
                 p.i += 1
-    except (_Cut, RecursionError, IndexError):
+    except (_Cut, RecursionError, IndexError, ValueError):
         return out
 
 
@@ -262,7 +379,7 @@ def parse_json_or_repr(text: str) -> Any:
     if t[:1] in "{[":
         try:
             return json.loads(t)
-        except ValueError:
+        except (ValueError, RecursionError):
             pass
     return parse_repr(t)
 
@@ -295,6 +412,7 @@ def split_key_values(text: str) -> dict[str, str]:
         return out
     key, val_start = text[0:j], j + 1
     i = val_start
+    prev = "="  # last non-space character outside quotes
     while i < n:
         ch = text[i]
         if quote:
@@ -303,7 +421,11 @@ def split_key_values(text: str) -> dict[str, str]:
                 continue
             if ch == quote:
                 quote = ""
-        elif ch in "'\"":
+                prev = ch
+            i += 1
+            continue
+        if ch in "'\"" and prev in "=([{,:<":
+            # a quote opens a string only where a value starts (not the apostrophe in Bob's)
             quote = ch
         elif ch in "([{":
             depth += 1
@@ -319,7 +441,10 @@ def split_key_values(text: str) -> dict[str, str]:
                 key_start = k
                 key, val_start = text[key_start:j], j + 1
                 i = val_start
+                prev = "="
                 continue
+        if ch != " ":
+            prev = ch
         i += 1
     if key is not None:
         out[key] = text[val_start:].rstrip().rstrip(",").strip()

@@ -179,7 +179,9 @@ def load_rule(path: str, content: bytes | str, builtin: bool = False) -> Rule:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise RuleLoadError(f"{path}: not valid TOML: {exc}") from None
+        from kvlogdiag.config import toml_error_line
+
+        raise RuleLoadError(f"{path}:{toml_error_line(exc, text)}: not valid TOML: {exc}") from None
     code = data.get("code")
     where = f"{path}: {code or '<no code>'}"
     if not isinstance(code, str) or not CODE_RE.match(code):

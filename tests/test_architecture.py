@@ -506,6 +506,8 @@ def test_deepseek_v4_config_parsing():
          "hidden_size": 64, "layer_types": ["full_attention", "cross_attention"]},
         {"model_type": "gemma2", "num_hidden_layers": 2, "num_attention_heads": 4,
          "hidden_size": 64},  # sliding layers but no window
+        {"model_type": "llama4_text", "num_hidden_layers": 2, "num_attention_heads": 4,
+         "hidden_size": 64, "layer_types": ["chunked_attention", "full_attention"]},  # not modelled
     ],
 )
 def test_unknown_architecture_raises(cfg):
