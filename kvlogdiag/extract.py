@@ -595,3 +595,14 @@ class Extractor:
         if self.facts.startup_complete is None:
             self.facts.startup_complete = fact
         self._emit("startup_complete", fact)
+
+    # --- handlers for KVD001-KVD009 -----------------------------------------------------------
+
+    def _h_v1_fallback(self, m, line, fact):
+        feature = m.group("feature").strip()
+        self._event("v1_fallback", self._with(fact, feature))
+        self._event("v1_fallback:" + feature, self._with(fact, feature))
+
+    def _h_offload_per_rank_mismatch(self, m, line, fact):
+        self._event("offload_per_rank_mismatch",
+                    self._with(fact, (_float(m.group("per_rank")), _float(m.group("derived")))))
