@@ -22,6 +22,10 @@ from kvlogdiag.facts import Fact, LogFacts
 
 GIB = 1 << 30
 AGREE_REL = 0.01
+# a KV cache token costs between a few bytes (heavily compressed, many-way split) and a few MiB
+# (hundreds of full-attention layers unsplit); anything outside is a mangled log, not a model
+MIN_PLAUSIBLE_BPT = 1.0
+MAX_PLAUSIBLE_BPT = 64 * 1024 * 1024
 
 # priority of config sources (higher wins); max_model_len/model prefer the engine's resolved value
 _SOURCE_PRIORITY = {
@@ -276,6 +280,10 @@ def derive(facts: LogFacts) -> dict[str, Any]:
             disagree = True
     if pairs and not values:
         notes.append("memory figure or token count is zero or negative: bytes per token is undefined")
+    if bpt is not None and not (MIN_PLAUSIBLE_BPT <= bpt <= MAX_PLAUSIBLE_BPT):
+        notes.append(f"the log's figures give {bpt:.6g} bytes per token, outside any real model "
+                     f"({MIN_PLAUSIBLE_BPT}–{MAX_PLAUSIBLE_BPT:,} B): not reported")
+        bpt = None
     if facts.event_count("num_gpu_blocks_override"):
         notes.append("num_gpu_blocks_override decouples the token count from the memory figure: "
                      "bytes per token cannot be read from this log")

@@ -321,6 +321,19 @@ pat("startup_complete", "all", ("Application startup complete", "Uvicorn running
     [("INFO:     Application startup complete.", {"what": "Application startup complete"})])
 
 
+# --- patterns for KVD001-KVD009 -------------------------------------------------------------------
+pat("v1_fallback", "0.8-0.10 (V1 default, unsupported feature)", "is not supported by the V1 Engine",
+    r"\] (?P<feature>[^\[\]]+?) is not supported by the V1 Engine\. Falling back to V0\.",
+    [("WARNING 05-14 16:02:20 [arg_utils.py:1658] Concurrent Partial Prefill is not supported by the V1 Engine. Falling back to V0. ",
+      {"feature": "Concurrent Partial Prefill"})],
+    doc="vLLM silently running the old V0 engine because an option needs it (facts §8).")
+pat("offload_per_rank_mismatch", "vLLM-Ascend RecomputeCPUOffload >=v0.23, vLLM SimpleCPUOffload", "!= cpu_bytes_to_use/world_size",
+    r"cpu_bytes_to_use_per_rank \((?P<per_rank>[\d.]+) GB\) != cpu_bytes_to_use/world_size \((?P<derived>[\d.]+) GB\)",
+    [("WARNING 08-20 10:11:00 [recompute_cpu_offload_connector.py:70] cpu_bytes_to_use_per_rank (16.00 GB) != cpu_bytes_to_use/world_size (1.00 GB). Using per-rank value.",
+      {"per_rank": "16.00", "derived": "1.00"})],
+    doc="Both offload sizes given and they disagree; the per-rank one wins (GB = 2**30 bytes).")
+
+
 # sub-fields of the stats line tail, parsed only when a stats line matched
 STATS_TAIL = re.compile(
     r"(?:Preemptions: (?P<preemptions>\d+)|(?P<device>GPU|NPU|CPU|XPU|TPU|HPU) KV cache usage: (?P<kv_usage>[\d.]+)%"
