@@ -95,6 +95,62 @@ NAMES: dict[str, str] = {
     "kv_gib_at_p99": "KV one request of p99_len tokens needs on one rank (GiB), from bytes_per_token",
 }
 
+# --- names for KVD001-KVD009
+NAMES.update({
+    "arch_is_hybrid": "the model (built-in catalogue) mixes full attention with sliding-window/compressed/SSM layers; null when not in the catalogue",
+    "hma_on_bpt_expected": "catalogue: per-rank KV bytes per context token with the hybrid KV cache manager ON (full/compressed layers only; SWA layers cost a fixed per-request window); null if unknown",
+    "hma_off_bpt_expected": "catalogue: per-rank KV bytes per context token with the hybrid KV cache manager OFF (every layer full length); null if unknown",
+    "retention_error_value": "retention interval quoted in vLLM's 'must be ... a multiple of scheduler_block_size' error",
+    "retention_error_block": "scheduler_block_size quoted in that error (lcm of the KV-cache group block sizes)",
+    "long_prefill_threshold_logged": "long_prefill_token_threshold as resolved by vLLM ('Concurrent partial prefills enabled ...' line)",
+    "launch_args_logged": "the launch arguments are in the log (non-default args, Namespace or the pasted command): options absent there were not set",
+    "activation_peak_gib": "largest peak-activation figure of the memory profile (GiB, per rank)",
+})
+
+# --- names for KVD010-KVD018
+NAMES.update({
+    # memory breakdown (KVD010)
+    "kv_gib_min": "smallest KV memory figure of any kind, GiB: Available KV cache memory, V0 profile, vLLM-Ascend bytes, CPU budget",
+    "mem_weights_gib": "largest model-weights figure per rank, GiB ('Model loading took', V0 'model weights take', K10)",
+    "mem_non_torch_gib": "largest non-torch memory figure per rank, GiB (memory-profiling lines), when logged",
+    "mem_cuda_graph_gib": "CUDA graph memory per rank, GiB: captured figure, else vLLM's estimate (>=0.19), when logged",
+    "mem_total_gib": "device memory per rank, GiB (memory-profiling lines or the startup free-memory error)",
+    "mem_budget_gib": "total x gpu_memory_utilization per rank, GiB: as logged, else computed from mem_total_gib",
+    "mem_breakdown": "what was logged of the non-KV memory per rank, as text: weights, activation peak, non-torch, CUDA graphs (null when none)",
+    "start_free_gib": "free device memory at startup, GiB, from 'Free memory on device ... is less than desired GPU memory utilization'",
+    "start_total_gib": "device memory, GiB, from that error",
+    "start_desired_gib": "total x gpu_memory_utilization, GiB, from that error",
+    # bytes per token vs the model catalogue (KVD011)
+    "bpt_measured": "measured per-rank bytes per token compared with the catalogue (bytes_per_token, x cp size when vLLM multiplied N by it)",
+    "expected_bytes_per_token": "catalogue: the Z*2^30/N figure this log should show (ExpectedKV.log_figure); null when the model is not in the catalogue or the figure cannot be predicted",
+    "bpt_ratio": "bpt_measured / expected_bytes_per_token",
+    "bpt_mismatch_cause": "first likely cause from architecture.explain_mismatch (text)",
+    "bpt_expected_model": "catalogue entry the logged model name matched",
+    "bpt_expected_verified": "false when the catalogue figure rests on unverified config facts or estimates",
+    # runtime (KVD012, KVD013)
+    "v0_preemption_total": "V0: total_num_cumulative_preemption of the last preemption warning (the warning prints once per 50 preemptions)",
+    "stats_preemption_lines": "V1 stats lines with Preemptions > 0",
+    "stats_interval_s": "seconds between stats lines: VLLM_LOG_STATS_INTERVAL when logged, else 5 (V0 and V1 < 0.9) or 10",
+    "stats_engines": "number of distinct 'Engine NNN' ids in stats lines (DP engines), null when none",
+    "kv_usage_high_last_line": "line of the last stats line with KV usage >= 90 %",
+    # block pool (KVD016)
+    "kv_alloc_fail_blocks": "blocks requested in the first 'Cannot get N free blocks from the pool' error",
+    "ignored_prompt_tokens": "largest prompt V0 ignored because it 'exceeds the capacity of block_manager'",
+    # log completeness (KVD017)
+    "kv_size_logged": "a KV size figure is in the log: 'GPU KV cache size', '# GPU blocks' or 'Maximum concurrency'",
+    "missing_startup_facts": "startup facts absent from the log: vLLM version, launch args/engine config, KV memory line, KV size line",
+    "kv_error_logged": "a KV-sizing error that other rules explain: insufficient KV, no memory, utilization too high at start, auto-fit or memory-profiling failure",
+    "runtime_evidence": "the log has runtime lines (stats, preemptions, block-pool errors)",
+    # rank agreement (KVD018)
+    "rank_kv_spread_pct": "largest spread of per-rank KV memory (Available, V0 profile, Ascend bytes) within one group (run, DP group, PP stage when known), % of the smallest",
+    "rank_kv_spread_detail": "the smallest and largest figure of that group, with ranks and lines",
+    "rank_kv_spread_stage_known": "that group is one PP stage for sure (PP = 1, or PP stage in every rank prefix)",
+    "dp_kv_spread_pct": "spread across the DP groups of one run of their KV memory (smallest per group) or KV tokens, % of the smallest",
+    "dp_kv_spread_detail": "the smallest and largest DP group figure, with lines",
+    "run_bpt_spread_pct": "largest spread of bytes per token across the pairings of one run, % of the smallest",
+    "run_bpt_spread_detail": "the smallest and largest bytes-per-token pairing of that run, with ranks and lines",
+})
+
 _DSV4 = re.compile(r"deepseek[-_ ]?v4", re.I)
 _SSM = re.compile(r"jamba|bamba|nemotron[-_]?h|granite[-_]?4|qwen3[-_]?next|falcon[-_]?h1|mamba|zamba|minimax", re.I)
 _SWA = re.compile(r"gemma[-_]?[234]|gpt[-_]?oss|mistral[-_]?7b[-_]?(?:instruct[-_]?)?v0\.1|cohere2|command[-_]?a|llama[-_]?4|phi[-_]?3[-_.]?(?:mini|small)", re.I)
@@ -291,6 +347,36 @@ def build_context(facts: LogFacts, analysis: dict, options: Options | None = Non
     put("avg_prompt_len", opts.avg_prompt_len)
     bpt = kv["bytes_per_token"]
     put("kv_gib_at_p99", (opts.p99_len * bpt / GIB) if bpt else None)
+    # --- names for KVD001-KVD009
+    arch_h = on_b = off_b = None
+    if model:
+        try:
+            from kvlogdiag.architecture import expected_kv, lookup_model
+            arch = lookup_model(model)
+            if arch is not None:
+                arch_h = bool(arch.is_hybrid)
+                e = expected_kv(arch, tp=tp, pp=pp, kv_cache_dtype=str(cfg["kv_cache_dtype"] or "auto"),
+                                hma_enabled=True, max_model_len=cfg["max_model_len"],
+                                max_num_batched_tokens=cfg["max_num_batched_tokens"], block_size=cfg["block_size"],
+                                vllm_version=analysis["vllm"]["version"], platform=analysis["vllm"]["platform"] or "cuda")
+                on_b, off_b = e.bytes_per_token, e.hma_off_bytes_per_token
+        except Exception:  # noqa: BLE001 - a catalogue problem must not stop the other rules
+            arch_h = on_b = off_b = None
+    put("arch_is_hybrid", arch_h)
+    put("hma_on_bpt_expected", on_b if arch_h else None)
+    put("hma_off_bpt_expected", off_b if arch_h else None)
+    rnm = (facts.events.get("retention_not_multiple") or [None])[0]
+    put("retention_error_value", rnm.value[0] if rnm else None, rnm)
+    put("retention_error_block", rnm.value[1] if rnm else None, rnm)
+    lpt = [f for f in facts.config.get("long_prefill_token_threshold", []) if f.source == "partial_prefill_line"]
+    put("long_prefill_threshold_logged", _as_int(lpt[-1].value) if lpt else None, lpt[-1] if lpt else None)
+    put("launch_args_logged", any(f.source in ("non_default_args", "args_namespace", "user_command")
+                                  for lst in facts.config.values() for f in lst))
+    act = facts.memory.get("activation_peak_gib") or []
+    put("activation_peak_gib", max((f.value for f in act), default=None),
+        max(act, key=lambda f: f.value) if act else None)
+    # --- names for KVD010-KVD018
+    _names_kvd010_018(facts, analysis, v, prov)
     missing = set(NAMES) - set(v)
     assert not missing, f"context misses documented names: {sorted(missing)}"
     return v, prov
@@ -304,3 +390,226 @@ def version_cmp(version: str | None, other: str) -> int | None:
     a3 = a + (0,) * (3 - len(a))
     b3 = b + (0,) * (3 - len(b))
     return (a3 > b3) - (a3 < b3)
+
+
+# --- names for KVD010-KVD018 (filled by build_context) ------------------------------------------
+
+_PP_STAGE = re.compile(r"(?:^|[_ (])PP(\d+)")
+_CUM_PREEMPT = re.compile(r"total_num_cumulative_preemption=(\d+)")
+
+
+def _pp_stage(rank: str | None) -> int | None:
+    m = _PP_STAGE.search(rank or "")
+    return int(m.group(1)) if m else None
+
+
+def _where(f: Fact | None) -> str:
+    if f is None:
+        return ""
+    return f" ({f.rank + ', ' if f.rank else ''}line {f.line})"
+
+
+def _spread_detail(items: list[tuple[float, Any]], unit: str, fmt: str) -> tuple[float | None, str | None]:
+    """(spread % of the smallest, 'lo unit (where) vs hi unit (where)'); items are (value, Fact or text)."""
+    vals = [(x, f) for x, f in items if isinstance(x, (int, float)) and x > 0]
+    if len(vals) < 2:
+        return None, None
+    lo = min(vals, key=lambda t: t[0])
+    hi = max(vals, key=lambda t: t[0])
+    pct = (hi[0] - lo[0]) / lo[0] * 100.0
+
+    def where(f: Any) -> str:
+        return f" ({f})" if isinstance(f, str) else _where(f)
+
+    return pct, f"{format(lo[0], fmt)} {unit}{where(lo[1])} vs {format(hi[0], fmt)} {unit}{where(hi[1])}"
+
+
+def _names_kvd010_018(facts: LogFacts, analysis: dict, v: dict[str, Any], prov: dict[str, Fact]) -> None:
+    """Names used by rules KVD010-KVD018 (see NAMES). Never raises for odd logs: unknown → null."""
+
+    def put(name: str, value: Any, fact: Fact | None = None) -> None:
+        v[name] = value
+        if fact is not None:
+            prov[name] = fact
+
+    mem = facts.memory
+
+    def mem_max(key: str) -> tuple[float | None, Fact | None]:
+        lst = [f for f in mem.get(key) or [] if isinstance(f.value, (int, float))]
+        if not lst:
+            return None, None
+        f = max(lst, key=lambda x: x.value)
+        return f.value, f
+
+    # -- KVD010: memory figures and breakdown
+    kv_figs = [(f.value, f) for f in facts.available] + [(f.value[1], f) for f in facts.kv_budget]
+    lo = min(kv_figs, key=lambda t: t[0]) if kv_figs else None
+    put("kv_gib_min", lo[0] if lo else None, lo[1] if lo else None)
+    w, wf = mem_max("weights_gib")
+    put("mem_weights_gib", w, wf)
+    nt, ntf = mem_max("non_torch_gib")
+    put("mem_non_torch_gib", nt, ntf)
+    g, gf = mem_max("cuda_graph_gib")
+    if g is None:
+        g, gf = mem_max("cuda_graph_estimate_gib")
+    put("mem_cuda_graph_gib", g, gf)
+    uth = (facts.events.get("util_too_high_start") or [None])[0]
+    uv = uth.value if uth is not None and isinstance(uth.value, dict) else {}
+    put("start_free_gib", uv.get("free_gib"), uth)
+    put("start_total_gib", uv.get("total_gib"), uth)
+    put("start_desired_gib", uv.get("desired_gib"), uth)
+    total, tf = mem_max("total_gib")
+    if total is None and uv.get("total_gib") is not None:
+        total, tf = uv.get("total_gib"), uth
+    put("mem_total_gib", total, tf)
+    budget, bf = mem_max("budget_gib")
+    if budget is None and uv.get("desired_gib") is not None:
+        budget, bf = uv.get("desired_gib"), uth
+    util = v.get("gpu_memory_utilization")
+    if budget is None and total is not None and isinstance(util, (int, float)) and not isinstance(util, bool):
+        budget = total * util
+    put("mem_budget_gib", budget, bf)
+    act, _ = mem_max("activation_peak_gib")
+    parts = [f"{label} {x:.2f} GiB" for label, x in (("weights", w), ("activation peak", act),
+                                                      ("non-torch", nt), ("CUDA graphs", g)) if x is not None]
+    put("mem_breakdown", ", ".join(parts) or None, wf)
+
+    # -- KVD011: measured vs catalogue bytes per token
+    exp_fig = ratio = cause = exp_model = exp_verified = measured = None
+    try:
+        measured = v.get("bytes_per_token")
+        cp = (facts.events.get("cp_multiply") or [None])[0]
+        if measured is not None and cp is not None and isinstance(cp.value, int) and cp.value > 1:
+            measured = measured * cp.value
+        conflicts = analysis["config"].get("conflicts") or {}
+        relevant = {"model", "tensor_parallel_size", "pipeline_parallel_size", "kv_cache_dtype", "max_model_len", "block_size"}
+        if measured and measured > 0 and v.get("model") and not (relevant & set(conflicts)):
+            from kvlogdiag.architecture import expected_kv, explain_mismatch, lookup_model
+            arch = lookup_model(v["model"])
+            if arch is not None:
+                kvd = v.get("kv_cache_dtype") or ("fp8" if facts.event_count("fp8_kv_cache") else "auto")
+                hd = v.get("hma_disabled")
+                e = expected_kv(arch, tp=int(v.get("tp") or 1), pp=int(v.get("pp") or 1), kv_cache_dtype=str(kvd),
+                                hma_enabled=None if hd is None else not hd, max_model_len=v.get("max_model_len"),
+                                max_num_batched_tokens=v.get("max_num_batched_tokens"), block_size=v.get("block_size"),
+                                vllm_version=v.get("vllm_version"), platform=v.get("platform") or "cuda")
+                exp_model, exp_verified = arch.name, bool(e.verified)
+                if e.log_figure and e.log_figure > 0:
+                    exp_fig = float(e.log_figure)
+                    ratio = measured / exp_fig
+                    causes = explain_mismatch(measured, e)
+                    cause = causes[0] if causes else None
+                    if cause and cause.startswith("measured ") and "(ratio " in cause:
+                        # drop explain_mismatch's "measured X vs expected Y (ratio r)" prefix: the rule prints the figures
+                        cause = cause.split(")", 1)[1].lstrip(" :") or cause
+                        cause = re.sub(r"^≈ [^:]*: ", "", cause)
+    except Exception:  # noqa: BLE001 - a catalogue problem must never break the analysis
+        exp_fig = ratio = cause = exp_model = exp_verified = None
+    put("bpt_measured", measured, prov.get("bytes_per_token"))
+    put("expected_bytes_per_token", exp_fig)
+    put("bpt_ratio", ratio, prov.get("bytes_per_token"))
+    put("bpt_mismatch_cause", cause)
+    put("bpt_expected_model", exp_model)
+    put("bpt_expected_verified", exp_verified)
+
+    # -- KVD012 / KVD013: runtime
+    warned = facts.preemption_warnings
+    totals = [(int(m.group(1)), f) for f in warned for m in [_CUM_PREEMPT.search(f.raw)] if m]
+    total_p, total_f = (max(totals, key=lambda t: t[0]) if totals else (None, None))
+    if total_p is not None and facts.preemption_warning_count > len(warned):
+        total_p += 50 * (facts.preemption_warning_count - len(warned))  # lines past the kept evidence
+    put("v0_preemption_total", total_p, total_f)
+    st = facts.stats
+    put("stats_preemption_lines", st.preemption_lines, st.preemption_first)
+    interval = None
+    env = facts.env.get("VLLM_LOG_STATS_INTERVAL")
+    if env is not None:
+        try:
+            interval = float(env.value)
+            interval = interval if interval > 0 else 10.0
+        except (TypeError, ValueError):
+            interval = None
+    if interval is None:
+        ver = parse_version(v.get("vllm_version"))
+        interval = 5.0 if v.get("engine") == "v0" or (ver is not None and ver < (0, 9)) else 10.0
+    put("stats_interval_s", interval, env)
+    put("stats_engines", len(st.engines) or None)
+    put("kv_usage_high_last_line", st.kv_usage_high_last_line)
+
+    # -- KVD016: block pool
+    bp = (facts.events.get("block_pool_no_free") or [None])[0]
+    put("kv_alloc_fail_blocks", bp.value if bp is not None else None, bp)
+    pe = facts.events.get("prompt_exceeds_kv_capacity") or []
+    pe_max = max((f for f in pe if isinstance(f.value, int)), key=lambda f: f.value, default=None)
+    put("ignored_prompt_tokens", pe_max.value if pe_max else None, pe_max)
+
+    # -- KVD017: what the log lacks
+    size_logged = bool(facts.tokens or facts.blocks or facts.concurrency)
+    put("kv_size_logged", size_logged, (facts.tokens or facts.blocks or facts.concurrency or [None])[0])
+    config_logged = any(f.source in ("non_default_args", "args_namespace", "engine_config", "user_command")
+                        for lst in facts.config.values() for f in lst)
+    missing = []
+    if not v.get("vllm_version"):
+        missing.append("vLLM version")
+    if not config_logged:
+        missing.append("launch args / engine config")
+    if not (facts.available or facts.kv_budget):
+        missing.append("KV memory line ('Available KV cache memory')")
+    if not size_logged:
+        missing.append("KV size line ('GPU KV cache size' / '# GPU blocks')")
+    put("missing_startup_facts", missing)
+    put("kv_error_logged", bool(facts.insufficient_kv) or any(
+        facts.event_count(n) for n in ("no_available_memory", "util_too_high_start", "auto_fit_failed",
+                                       "memory_profiling_error", "cpu_worker_over_budget"))
+        or any(f.value <= 0 for f in facts.available))
+    put("runtime_evidence", bool(st.lines or facts.preemption_warning_count or facts.recompute_preemptions
+                                 or facts.event_count("block_exhaustion") or facts.event_count("block_pool_no_free")
+                                 or facts.event_count("prompt_exceeds_kv_capacity")))
+
+    # -- KVD018: ranks and DP groups that should agree
+    pp = v.get("pp") or 1
+    groups: dict[tuple, list[tuple[float, Fact]]] = {}
+    for f in facts.available:
+        groups.setdefault((f.run, f.dp, _pp_stage(f.rank), "available"), []).append((f.value, f))
+    for f in facts.kv_budget:
+        if f.value[0] in ("v0_profile", "ascend_bytes"):
+            groups.setdefault((f.run, f.dp, _pp_stage(f.rank), f.value[0]), []).append((f.value[1], f))
+    best: tuple[float, str, bool] | None = None
+    for key, items in groups.items():
+        pct, detail = _spread_detail(items, "GiB", ".2f")
+        if pct is not None and (best is None or pct > best[0]):
+            stage_known = pp == 1 or all(_pp_stage(f.rank) is not None for _, f in items)
+            best = (pct, detail, stage_known)
+    put("rank_kv_spread_pct", best[0] if best else None)
+    put("rank_kv_spread_detail", best[1] if best else None)
+    put("rank_kv_spread_stage_known", best[2] if best else None)
+    dp_best: tuple[float, str] | None = None
+    by_run: dict[int, dict[int, list[tuple[float, Fact]]]] = {}
+    for (run, dp, _stage, kind), items in groups.items():
+        by_run.setdefault(run, {}).setdefault(dp, []).extend(items)
+    tok_run: dict[int, dict[int, list[tuple[float, Fact]]]] = {}
+    for f in facts.tokens:
+        tok_run.setdefault(f.run, {}).setdefault(f.dp, []).append((f.value, f))
+    for source, unit, fmt in ((by_run, "GiB", ".2f"), (tok_run, "tokens", ",.0f")):
+        for run, per_dp in source.items():
+            if len(per_dp) < 2:
+                continue
+            mins = [min(items, key=lambda t: t[0]) for items in per_dp.values()]
+            pct, detail = _spread_detail(mins, unit, fmt)
+            if pct is not None and (dp_best is None or pct > dp_best[0]):
+                dp_best = (pct, detail)
+    put("dp_kv_spread_pct", dp_best[0] if dp_best else None)
+    put("dp_kv_spread_detail", dp_best[1] if dp_best else None)
+    bpt_best: tuple[float, str] | None = None
+    pairs = analysis["kv_cache"].get("bytes_per_token_by_rank") or []
+    runs: dict[int, list[tuple[float, Fact | None]]] = {}
+    for p in pairs:
+        if p.get("bytes_per_token"):
+            label = (f"{p['rank']}, " if p.get("rank") else "") + f"lines {p.get('memory_line')}/{p.get('tokens_line')}"
+            runs.setdefault(p.get("run", 0), []).append((p["bytes_per_token"], label))
+    for items in runs.values():
+        pct, detail = _spread_detail(items, "B/token", ",.0f")
+        if pct is not None and (bpt_best is None or pct > bpt_best[0]):
+            bpt_best = (pct, detail)
+    put("run_bpt_spread_pct", bpt_best[0] if bpt_best else None)
+    put("run_bpt_spread_detail", bpt_best[1] if bpt_best else None)

@@ -190,6 +190,23 @@ def _dig_additional(ac: Any, key: str) -> Any:
     return None
 
 
+_RANK_NUM = re.compile(r"rank=(\d+)")
+_PP_TP = re.compile(r"(?:_|\b)(?:PP(\d+)_)?(?:PCP\d+_)?TP(\d+)")
+
+
+def worker_order(rank: str | None) -> tuple[int, int] | None:
+    """Worker rank within its engine from a process prefix: ``Worker_PP1_TP3`` → (1, 3)."""
+    if not rank:
+        return None
+    m = _RANK_NUM.search(rank)
+    if m:
+        return (0, int(m.group(1)))
+    m = _PP_TP.search(rank)
+    if m:
+        return (int(m.group(1) or 0), int(m.group(2)))
+    return None
+
+
 def pair_bytes_per_token(facts: LogFacts, block_size: int | None) -> tuple[list[dict], list[str]]:
     """Pair memory figures with token counts per (run, DP group)."""
     notes: list[str] = []
@@ -228,9 +245,15 @@ def pair_bytes_per_token(facts: LogFacts, block_size: int | None) -> tuple[list[
             continue
         toks = g["tokens"]
         if len(mem) == len(toks) and len(toks) > 1:
-            ms = sorted(mem, key=lambda x: x[1])
-            ts = sorted(toks, key=lambda f: f.value)
-            matched = list(zip(ms, ts))
+            keys = [worker_order(rank) for _, _, rank in mem]
+            if all(k is not None for k in keys) and len(set(keys)) == len(keys):
+                # 0.8-0.11 print one token line per worker, in worker-rank order
+                ms = [m for _, m in sorted(zip(keys, mem), key=lambda kv: kv[0])]
+                matched = list(zip(ms, toks))
+            else:
+                ms = sorted(mem, key=lambda x: x[1])
+                ts = sorted(toks, key=lambda f: f.value)
+                matched = list(zip(ms, ts))
         else:
             smallest = min(mem, key=lambda x: x[1])
             matched = [(smallest, t) for t in toks]

@@ -606,3 +606,17 @@ class Extractor:
     def _h_offload_per_rank_mismatch(self, m, line, fact):
         self._event("offload_per_rank_mismatch",
                     self._with(fact, (_float(m.group("per_rank")), _float(m.group("derived")))))
+
+    # --- handlers for KVD010-KVD018 -----------------------------------------------------------
+
+    def _h_block_pool_no_free(self, m, line, fact):
+        self._event("block_pool_no_free", self._with(fact, _int(m.group("blocks"))))
+
+    def _h_prompt_exceeds_kv_capacity(self, m, line, fact):
+        self._event("prompt_exceeds_kv_capacity", self._with(fact, _int(m.group("tokens"))))
+        self.facts.engine.append(self._with(fact, "v0", "prompt_exceeds_kv_capacity"))
+
+    def _h_v0_profile_breakdown(self, m, line, fact):
+        self._memory("weights_gib", fact, _float(m.group("weights")))
+        self._memory("non_torch_gib", fact, _float(m.group("non_torch")))
+        self._memory("activation_peak_gib", fact, _float(m.group("peak")))

@@ -334,6 +334,27 @@ pat("offload_per_rank_mismatch", "vLLM-Ascend RecomputeCPUOffload >=v0.23, vLLM 
     doc="Both offload sizes given and they disagree; the per-rank one wins (GB = 2**30 bytes).")
 
 
+# --- patterns for KVD010-KVD018 -------------------------------------------------------------------
+pat("block_pool_no_free", "V1 all (BlockPool.get_new_blocks) / V0 block manager v2 (NoFreeBlocksError)",
+    ("free blocks from the pool", "NoFreeBlocksError"),
+    r"(?:Cannot get (?P<blocks>\d+) free blocks from the pool|(?P<nofree>NoFreeBlocksError))",
+    [("(EngineCore_DP0 pid=2410) ERROR 09-26 09:14:02 [core.py:790] ValueError: Cannot get 1 free blocks from the pool",
+      {"blocks": "1", "nofree": None}),
+     ("ERROR 12-13 08:58:11 engine.py:165] NoFreeBlocksError()", {"blocks": None, "nofree": "NoFreeBlocksError"})],
+    doc="The KV block pool was empty when the scheduler allocated: the engine loop dies (facts §10).")
+pat("prompt_exceeds_kv_capacity", "V0 (scheduler, AllocStatus.NEVER)", "exceeds the capacity of block_manager",
+    r"Input prompt \((?P<tokens>\d+) tokens\)(?: \+ lookahead slots \((?P<lookahead>\d+)\))? is too long and exceeds the capacity of block_manager",
+    [("WARNING 07-22 10:14:03 scheduler.py:1010] Input prompt (10854 tokens) is too long and exceeds the capacity of block_manager",
+      {"tokens": "10854", "lookahead": None}),
+     ("WARNING 11-18 17:20:41 scheduler.py:1133] Input prompt (40000 tokens) + lookahead slots (0) is too long and exceeds the capacity of block_manager",
+      {"tokens": "40000", "lookahead": "0"})],
+    doc="V0 ignored a prompt larger than the whole KV cache (the request finishes with no output).")
+pat("v0_profile_breakdown", "~0.6.5-0.10 V0 (2nd line of the memory-profiling message)", "PyTorch activation peak memory takes",
+    r"model weights take (?P<weights>" + _NUM + r") ?GiB; non_torch_memory takes (?P<non_torch>" + _NUM + r") ?GiB; PyTorch activation peak memory takes (?P<peak>" + _NUM + r") ?GiB",
+    [("INFO 07-03 14:17:31 worker.py:232] model weights take 14.99GiB; non_torch_memory takes 0.19GiB; PyTorch activation peak memory takes 1.23GiB; the rest of the memory reserved for KV Cache is 54.78GiB.",
+      {"weights": "14.99", "non_torch": "0.19", "peak": "1.23"})],
+    doc="What V0 subtracted from total x utilization before sizing the KV cache (facts §4).")
+
 # sub-fields of the stats line tail, parsed only when a stats line matched
 STATS_TAIL = re.compile(
     r"(?:Preemptions: (?P<preemptions>\d+)|(?P<device>GPU|NPU|CPU|XPU|TPU|HPU) KV cache usage: (?P<kv_usage>[\d.]+)%"

@@ -5,8 +5,11 @@ vLLM logs its settings as Python reprs (``non-default args: {...}``, ``args: Nam
 ``key=value, key=value`` string whose values nest brackets and commas. Nothing here ever calls
 ``eval``: a small tokenizer reads the literal subset (str, int, float, True/False/None, dict, list,
 tuple, ``Name(k=v, ...)`` calls, dotted names such as ``torch.bfloat16`` and ``<Enum.X: 3>``) and
-gives back plain Python values. Anything it does not understand becomes a string, so one odd value
-never loses the rest of the line; a line cut short yields what was read up to the cut.
+gives back plain Python values (set displays become lists; ``b''``/``r''`` prefixes and all Python
+string escapes are read). Anything it does not understand becomes a string, so one odd value
+never loses the rest of the line; a line cut short yields what was read up to the cut, nested
+containers included (``{'a': 1, 'kv': KVTransferConfig(kv_role='kv_both', x=`` →
+``{'a': 1, 'kv': {'__class__': 'KVTransferConfig', 'kv_role': 'kv_both', 'x': None}}``).
 """
 
 from __future__ import annotations

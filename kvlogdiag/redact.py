@@ -1,0 +1,330 @@
+"""Masking of secrets and identifying details in text a report shows.
+
+`Redactor.redact(text)` replaces, consistently (the same value always gets the same mask, numbered
+in order of first appearance):
+
+* host names → ``<host-N>``: after ``--host``/``host=``/``'host': ...``/``hostname``/``master_addr``
+  and similar keys, in URLs (``http://gpu07:8000``), in shell prompts (``[root@gpu07 ~]#``), in
+  syslog envelopes, and any dotted name ending in a common TLD or internal suffix
+  (``node3.corp.example.com``, ``vllm-0.vllm.svc.cluster.local``);
+* IP addresses, v4 and v6 → ``<ip-N>`` (ports are kept: ``<ip-1>:8000``);
+* user names in home-directory paths → ``/home/<user-N>/…``, ``/Users/<user-N>/…``,
+  ``C:\\Users\\<user-N>\\…`` (the rest of the path is kept);
+* API keys → ``<api-key-N>``: ``--api-key X``, ``'api_key': 'X'`` (also lists of keys),
+  ``VLLM_API_KEY=X``, ``Authorization: Bearer X``, ``sk-…``; passwords/secrets after such keys;
+* Hugging Face tokens → ``<hf-token-N>``: ``hf_…``, ``HF_TOKEN=X``, ``--hf-token X``;
+* e-mail addresses → ``<email-N>``; ``user:password@`` in URLs → ``<credentials-N>@``.
+
+Kept on purpose (not secrets, and needed to read a report): loopback and unspecified addresses
+(``127.0.0.1``, ``0.0.0.0``, ``::1``, ``::``), ``localhost``, model repo ids
+(``meta-llama/Llama-3.1-8B``), well-known public sites (huggingface.co, github.com, docs.vllm.ai…),
+``/root`` and other non-home paths.
+
+A value recognised once (say a host name after ``--host``) is masked wherever it appears again,
+also where no pattern would recognise it. `Redactor.redact_obj` redacts every string of a nested
+structure in two passes — first learning every value, then replacing — so the numbering does not
+depend on which string is visited first and dictionary keys such as ``master_addr`` mark their
+values as host names.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Any, Callable
+
+__all__ = ["Redactor", "KIND_LABELS"]
+
+#: mask kind → what it stands for (for the report's "redacted: …" line)
+KIND_LABELS = {
+    "host": "host name",
+    "ip": "IP address",
+    "user": "user name",
+    "api-key": "API key",
+    "hf-token": "Hugging Face token",
+    "email": "e-mail address",
+    "credentials": "URL credential",
+}
+
+_MASK = re.compile(r"<(?:host|ip|user|api-key|hf-token|email|credentials)-\d+>")
+
+# public sites whose names identify nobody (kept, with their subdomains)
+_PUBLIC_DOMAINS = (
+    "huggingface.co", "hf.co", "github.com", "githubusercontent.com", "github.io", "pytorch.org",
+    "python.org", "pypi.org", "vllm.ai", "nvidia.com", "modelscope.cn", "hiascend.com",
+    "readthedocs.io", "readthedocs.org", "openai.com", "google.com", "googleapis.com", "ray.io",
+    "anaconda.com", "docker.com", "docker.io", "quay.io", "ghcr.io", "nvcr.io",
+)
+_KEEP_HOSTS = {"localhost", "localhost.localdomain", "ip6-localhost", "none", "null", "true", "false",
+               "auto", "default", "any", "all", "*"}
+_PLACEHOLDERS = {"", "none", "null", "nil", "empty", "***", "xxx", "<redacted>", "redacted", "false", "true"}
+
+# TLDs and internal suffixes that mark a dotted word as a host name; short or code-like ones
+# ("int", "app", "dev", "in", "co") are left out because Python names use them ("torch.int").
+_TLDS = (r"com|net|org|io|ai|cn|local|localdomain|internal|intranet|lan|corp|svc|edu|gov|"
+         r"uk|de|fr|jp|kr|ru|nl|ch|sg|hk|tw|eu")
+
+# -- secrets ------------------------------------------------------------------------------------
+_HF_TOKEN = re.compile(r"(?<![A-Za-z0-9])hf_[A-Za-z0-9]{20,}(?![A-Za-z0-9])")
+_SK_KEY = re.compile(r"(?<![A-Za-z0-9])sk-(?:[A-Za-z0-9]+-)*[A-Za-z0-9_]{16,}(?![A-Za-z0-9_-])")
+_FLAG_SECRET = re.compile(r"(?i)(--(?P<flag>api-key|hf-token|token|password)(?:\s+|=))(?P<q>['\"]?)(?P<v>[^\s'\"]+)")
+_BEARER = re.compile(r"(?i)(\bbearer\s+)(?P<v>[A-Za-z0-9._~+/=:-]{8,})")
+_AUTH = re.compile(r"(?i)(\b(?:proxy-)?authorization['\"]?\s*[:=]\s*['\"]?(?:(?:bearer|token|basic)\s+)?)"
+                   r"(?P<v>[A-Za-z0-9._~+/=:-]{8,})")
+# key [:=] value, the key possibly quoted and prefixed (VLLM_API_KEY=, 'api_key': , "hf_token": )
+_KEYED_SECRET = re.compile(
+    r"(?i)(?P<key>[\w.-]*?(?P<word>hugging_?face_(?:hub_)?token|hf_(?:api_)?token|api[_-]?key|secret[_-]?key|"
+    r"access[_-]?token|auth[_-]?token|password|passwd|client[_-]secret|secret))['\"]?\s*[:=]\s*"
+    r"(?P<v>\[[^\]\n]*\]|'[^'\n]*'|\"[^\"\n]*\"|[^\s,;}\])'\"]+)"
+)
+_QUOTED = re.compile(r"'([^'\n]*)'|\"([^\"\n]*)\"")
+
+# -- people and places --------------------------------------------------------------------------
+_EMAIL = re.compile(r"(?<![\w.+%-])[A-Za-z0-9][A-Za-z0-9._%+-]*@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}(?![\w-])")
+_URL_CREDS = re.compile(r"(?i)(?<=://)(?P<v>[^/\s:@'\"<>]+:[^/\s@'\"<>]+)@")
+_URL_HOST = re.compile(r"(?i)\b(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<cred>[^/\s@'\"]*@)?(?P<v>\[[0-9a-f:.%]+\]|[^\s/:'\"?#\[\]()<>,;|`\\]+)")
+_PROMPT_HOST = re.compile(r"\[(?P<user>[\w.-]+)@(?P<v>[\w.-]+)(?P<rest>\s[^\]\n]*)?\][#$]|"
+                          r"(?<![\w.-])(?P<user2>[\w.-]+)@(?P<v2>[\w.-]+):(?=[~/])")
+_SYSLOG_HOST = re.compile(r"^(?P<head>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d )(?P<v>[\w.-]+)(?= [\w./@-]+?(?:\[\d+\])?: )")
+_HOST_FLAG = re.compile(
+    r"(?i)(--(?:host|hostname|master-addr|master-address|data-parallel-address|node-ip-address|"
+    r"head-node|kv-ip)(?:\s+|=))(?P<q>['\"]?)(?P<v>[^\s'\",;}\]]+)")
+_HOST_KEY = re.compile(
+    r"(?i)(?<![\w-])(?P<key>(?:\w*_)?(?:host|hostname|host_name|master_addr|master_address|"
+    r"data_parallel_address|data_parallel_master_ip|node_ip|node_name|nodename|head_node|kv_ip|"
+    r"ip_address|server_ip|pod_ip|pod_name)['\"]?\s*[:=]\s*)(?P<q>['\"]?)(?P<v>[A-Za-z0-9][\w.:%-]*)")
+_FQDN = re.compile(
+    r"(?<![\w.@/-])(?P<v>(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+(?:" + _TLDS + r"))(?![\w-]|\.\w)")
+_IPV4 = re.compile(r"(?<![\w.])(?P<v>\d{1,3}(?:\.\d{1,3}){3})(?![\w]|\.\d)")
+_IPV6 = re.compile(
+    r"(?<![\w:.])(?P<v>(?:[0-9A-Fa-f]{0,4}:){2,7}(?:[0-9A-Fa-f]{1,4}|\d{1,3}(?:\.\d{1,3}){3})?(?:%[\w.]+)?)(?![\w:])")
+_HOME = re.compile(r"(?P<pre>(?<![\w.])/(?:home|Users|export/home)/)(?P<v>[^/\s'\"`:;,()\[\]{}<>|\\]+)")
+_WIN_HOME = re.compile(r"(?i)(?P<pre>\b[A-Z]:(?:\\{1,2}|/)Users(?:\\{1,2}|/))(?P<v>[^\\/\s'\"`:;,()\[\]{}<>|]+)")
+
+# dictionary keys whose (string) values are host names / secrets
+_HOST_DICT_KEY = re.compile(
+    r"(?i)^(?:\w*_)?(?:host|hostname|host_name|master_addr|master_address|data_parallel_address|"
+    r"data_parallel_master_ip|node_ip|node_name|nodename|head_node|kv_ip|ip|ip_address|server_ip|pod_ip|pod_name)$")
+_SECRET_DICT_KEY = re.compile(
+    r"(?i)^(?:\w*_)?(?:api_?key|secret_?key|access_?token|auth_?token|password|passwd|client_secret|secret|"
+    r"hf_token|hf_api_token|hugging_?face_(?:hub_)?token)$")
+
+
+def _is_hf_word(word: str) -> bool:
+    w = word.lower().replace("-", "_")
+    return w.startswith("hf_") or "hugging" in w
+
+
+class Redactor:
+    """Consistent masks for hosts, IPs, home-directory user names, API keys, HF tokens, e-mails."""
+
+    def __init__(self) -> None:
+        self._masks: dict[tuple[str, str], str] = {}
+        self._counts: dict[str, int] = {}
+        self._literal: re.Pattern | None = None
+        self._literal_size = -1
+
+    # -- masks ----------------------------------------------------------------------------------
+
+    def mask(self, kind: str, value: str) -> str:
+        """The mask of ``value`` (the same value → the same mask)."""
+        key = (kind, value)
+        m = self._masks.get(key)
+        if m is None:
+            n = self._counts.get(kind, 0) + 1
+            self._counts[kind] = n
+            m = f"<{kind}-{n}>"
+            self._masks[key] = m
+        return m
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """How many distinct values of each kind were masked."""
+        return dict(self._counts)
+
+    def summary(self) -> str:
+        """``2 IP addresses, 1 host name`` (empty when nothing was masked)."""
+        parts = []
+        for kind, label in KIND_LABELS.items():
+            n = self._counts.get(kind, 0)
+            if n:
+                parts.append(f"{n} {label}{'es' if n > 1 and label.endswith('ss') else 's' if n > 1 else ''}")
+        return ", ".join(parts)
+
+    # -- classification helpers ----------------------------------------------------------------
+
+    @staticmethod
+    def _ip(value: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+        try:
+            return ipaddress.ip_address(value.strip("[]").split("%", 1)[0])
+        except ValueError:
+            return None
+
+    @staticmethod
+    def _keep_ip(ip) -> bool:
+        return ip.is_loopback or ip.is_unspecified
+
+    def _host_or_ip(self, value: str) -> str:
+        """Mask a value known to name a machine (an IP or a host name)."""
+        if not value or _MASK.fullmatch(value) or value.startswith("<"):
+            return value
+        ip = self._ip(value)
+        if ip is not None:
+            return value if self._keep_ip(ip) else self.mask("ip", value.strip("[]"))
+        v = value.rstrip(".")
+        low = v.lower()
+        if low in _KEEP_HOSTS or not re.search(r"[A-Za-z]", v) or self._public(low):
+            return value
+        return self.mask("host", v)
+
+    @staticmethod
+    def _public(host: str) -> bool:
+        return any(host == d or host.endswith("." + d) for d in _PUBLIC_DOMAINS)
+
+    def _secret(self, kind: str, value: str) -> str:
+        if value.strip().lower() in _PLACEHOLDERS or _MASK.fullmatch(value) or value.startswith("<"):
+            return value
+        return self.mask(kind, value)
+
+    # -- the passes ----------------------------------------------------------------------------
+
+    def redact(self, text: str) -> str:
+        """``text`` with every recognised secret or identifying value masked."""
+        if not text:
+            return text
+        s = text
+        s = _HF_TOKEN.sub(lambda m: self._secret("hf-token", m.group(0)), s)
+        s = _SK_KEY.sub(lambda m: self._secret("api-key", m.group(0)), s)
+        s = _FLAG_SECRET.sub(self._flag_secret, s)
+        s = _KEYED_SECRET.sub(self._keyed_secret, s)
+        s = _AUTH.sub(lambda m: m.group(1) + self._secret("api-key", m.group("v")), s)
+        s = _BEARER.sub(lambda m: m.group(1) + self._secret("api-key", m.group("v")), s)
+        s = _URL_CREDS.sub(lambda m: self._secret("credentials", m.group("v")) + "@", s)
+        s = _EMAIL.sub(lambda m: self.mask("email", m.group(0)), s)
+        s = _PROMPT_HOST.sub(self._prompt_host, s)
+        s = _SYSLOG_HOST.sub(lambda m: m.group("head") + self._host_or_ip(m.group("v")), s)
+        s = _URL_HOST.sub(lambda m: m.group("scheme") + (m.group("cred") or "") + self._url_host(m.group("v")), s)
+        s = _HOST_FLAG.sub(lambda m: m.group(1) + m.group("q") + self._host_or_ip(m.group("v")), s)
+        s = _HOST_KEY.sub(self._host_key, s)
+        s = _FQDN.sub(lambda m: self._host_or_ip(m.group("v")), s)
+        s = _IPV4.sub(self._ipv4, s)
+        s = _IPV6.sub(self._ipv6, s)
+        s = _HOME.sub(lambda m: m.group("pre") + self._user(m.group("v")), s)
+        s = _WIN_HOME.sub(lambda m: m.group("pre") + self._user(m.group("v")), s)
+        return self._replace_known(s)
+
+    def _flag_secret(self, m: re.Match) -> str:
+        kind = "hf-token" if m.group("flag").lower() in ("hf-token", "token") else "api-key"
+        return m.group(1) + m.group("q") + self._secret(kind, m.group("v"))
+
+    def _keyed_secret(self, m: re.Match) -> str:
+        kind = "hf-token" if _is_hf_word(m.group("word")) else "api-key"
+        value = m.group("v")
+        head = m.group(0)[: m.start("v") - m.start(0)]
+        if value.startswith("["):
+            return head + _QUOTED.sub(lambda q: self._requote(q, kind), value)
+        if value[:1] in "'\"":
+            return head + value[0] + self._secret(kind, value[1:-1]) + value[-1]
+        return head + self._secret(kind, value)
+
+    def _requote(self, q: re.Match, kind: str) -> str:
+        if q.group(1) is not None:
+            return "'" + self._secret(kind, q.group(1)) + "'"
+        return '"' + self._secret(kind, q.group(2)) + '"'
+
+    def _prompt_host(self, m: re.Match) -> str:
+        if m.group("v") is not None:
+            return f"[{m.group('user')}@{self._host_or_ip(m.group('v'))}{m.group('rest') or ''}]" + m.group(0)[-1]
+        return f"{m.group('user2')}@{self._host_or_ip(m.group('v2'))}:"
+
+    def _url_host(self, value: str) -> str:
+        if value.startswith("["):
+            inner = self._host_or_ip(value[1:-1])
+            return f"[{inner}]"
+        return self._host_or_ip(value)
+
+    def _host_key(self, m: re.Match) -> str:
+        value = m.group("v")
+        port = ""
+        ip = self._ip(value)
+        if ip is None and value.count(":") == 1:  # host:port
+            value, port = value.split(":", 1)
+            port = ":" + port
+        return m.group("key") + m.group("q") + self._host_or_ip(value) + port
+
+    def _ipv4(self, m: re.Match) -> str:
+        v = m.group("v")
+        if any(int(p) > 255 for p in v.split(".")):
+            return v
+        return self._host_or_ip(v)
+
+    def _ipv6(self, m: re.Match) -> str:
+        v = m.group("v")
+        ip = self._ip(v)
+        if not isinstance(ip, ipaddress.IPv6Address) or self._keep_ip(ip):
+            return v
+        groups = [g for g in v.split("%", 1)[0].split(":") if g]
+        if "::" not in v and len(groups) < 8 and not (groups and "." in groups[-1]):
+            return v
+        if len(groups) < 2:  # "::2" (a slice), "fe80::" — too short to be sure it is an address
+            return v
+        return self.mask("ip", v)
+
+    def _user(self, value: str) -> str:
+        if value.startswith("<") or value in (".", "..", "*"):
+            return value
+        return self.mask("user", value)
+
+    def _replace_known(self, s: str) -> str:
+        """Mask values learned elsewhere (a host seen after --host, a key seen after --api-key)."""
+        known = [(v, m) for (k, v), m in self._masks.items()
+                 if k in ("host", "ip", "api-key", "hf-token", "email", "credentials") and len(v) >= 3]
+        if not known:
+            return s
+        if self._literal is None or self._literal_size != len(self._masks):
+            alts = sorted({v for v, _ in known}, key=len, reverse=True)
+            self._literal = re.compile(
+                r"(?<![A-Za-z0-9_.-])(?:" + "|".join(re.escape(v) for v in alts) + r")(?![A-Za-z0-9_-])(?!\.\w)")
+            self._literal_size = len(self._masks)
+            self._lookup = {v: m for v, m in known}
+        return self._literal.sub(lambda m: self._lookup.get(m.group(0), m.group(0)), s)
+
+    # -- structures ----------------------------------------------------------------------------
+
+    def redact_obj(self, obj: Any) -> Any:
+        """A copy of a nested dict/list structure with every string redacted (keys too).
+
+        Two passes: the first learns every value (so numbering and literal replacement do not
+        depend on visiting order), the second replaces."""
+        self._walk(obj, lambda kind, s: (self._learn_keyed(kind, s), self.redact(s))[1])
+        return self._walk(obj, lambda kind, s: self.redact(self._learn_keyed(kind, s)))
+
+    def _learn_keyed(self, kind: str | None, s: str) -> str:
+        if kind == "host":
+            return self._host_or_ip(s) if re.fullmatch(r"[\w.:%\[\]-]+", s) else s
+        if kind == "secret":
+            return self._secret("api-key", s)
+        if kind == "hf":
+            return self._secret("hf-token", s)
+        return s
+
+    def _walk(self, obj: Any, fn: Callable[[str | None, str], str], kind: str | None = None) -> Any:
+        if isinstance(obj, str):
+            return fn(kind, obj)
+        if isinstance(obj, dict):
+            out = {}
+            for k, v in obj.items():
+                sub = None
+                if isinstance(k, str):
+                    if _HOST_DICT_KEY.match(k):
+                        sub = "host"
+                    elif _SECRET_DICT_KEY.match(k):
+                        sub = "hf" if _is_hf_word(k) else "secret"
+                nk = fn(None, k) if isinstance(k, str) else k
+                out[nk] = self._walk(v, fn, sub)
+            return out
+        if isinstance(obj, list):
+            return [self._walk(v, fn, kind) for v in obj]
+        if isinstance(obj, tuple):
+            return tuple(self._walk(v, fn, kind) for v in obj)
+        return obj

@@ -1,0 +1,734 @@
+"""``kvlogdiag report``: one log → a Markdown report for a GitHub issue, or one self-contained HTML file.
+
+The log is read from a file, from stdin (a paste, ended with Ctrl-D) or from the clipboard, and
+analysed by the one analysis path (`kvlogdiag.analysis.Analyzer`). The report is built as a plain
+dictionary (`build_document`), redacted as a whole (`kvlogdiag.redact.Redactor`) and only then
+rendered, so nothing the report shows escapes redaction. Every piece of log text is escaped:
+Markdown with `kvlogdiag.render.md_escape` / `md_code_block`, HTML with `html.escape`.
+
+Capacity arithmetic (whole requests of length L that fit at once):
+
+* per DP group: ``floor(tokens_per_dp_group / L)``, where ``tokens_per_dp_group`` is the smallest
+  ``GPU KV cache size`` among the group's ranks (vLLM sizes the pool by its tightest worker); this
+  is `kvlogdiag.capacity.requests_fit_at_length` (``Z·2**30 / (bytes_per_token·L)``, fixed = 0)
+  computed on the logged token count directly, so float rounding cannot lose a request;
+* in total: the sum over the DP groups in the log (a request lives in one group); when the
+  configuration has more DP groups than the log shows, the missing ones are counted as the
+  smallest group seen (and the report says so).
+
+HTML charts (GPU memory per rank, KV capacity vs request length) need matplotlib — the optional
+extra ``kvlogdiag[charts]`` — imported lazily and drawn with the Agg canvas into base64 PNGs.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import math
+import os
+import sys
+from typing import Any, BinaryIO
+
+import click
+
+from kvlogdiag import __version__
+from kvlogdiag.cli import ExitCode, build_analyzer, err, fail_exit, report_rule_errors, rule_options
+from kvlogdiag.reader import DEFAULT_MAX_BYTES, InputError, open_input
+from kvlogdiag.redact import Redactor
+from kvlogdiag.render import (
+    _clean,
+    _identity_rows,
+    _md_table,
+    error_lines,
+    fmt_bpt,
+    fmt_gib,
+    fmt_num,
+    md_code_block,
+    md_escape,
+    visible_findings,
+)
+from kvlogdiag.rule_engine import RuleLoadError
+
+__all__ = ["report", "build_document", "render_report_markdown", "render_report_html", "CAPACITY_LENGTHS"]
+
+#: request lengths of the capacity table (label, tokens); max-model-len is added when known
+CAPACITY_LENGTHS: tuple[tuple[str, int], ...] = (("4K", 4096), ("8K", 8192), ("32K", 32768), ("128K", 131072))
+
+#: memory parts of a rank, in stacking order (key in the analysis ``memory`` figures, label)
+MEMORY_PARTS: tuple[tuple[str, str], ...] = (
+    ("weights_gib", "weights"),
+    ("activation_peak_gib", "activation peak"),
+    ("non_torch_gib", "non-torch"),
+    ("cuda_graph_gib", "CUDA graph"),
+)
+NOT_IN_LOG = "not in log"
+PASTE_HINT = "kvlogdiag: paste the log, then press Ctrl-D (Ctrl-Z Enter on Windows)"
+
+
+# --- reading --------------------------------------------------------------------------------------
+
+
+def _stdin_is_tty() -> bool:
+    try:
+        return sys.stdin.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _read_clipboard() -> str:
+    """The clipboard text; `InputError` with one line when pyperclip or a clipboard is missing."""
+    try:
+        import pyperclip  # type: ignore[import-not-found]
+    except ImportError:
+        raise InputError("--clipboard needs the optional pyperclip package: pip install 'kvlogdiag[clipboard]'") from None
+    try:
+        text = pyperclip.paste()
+    except Exception as exc:  # noqa: BLE001 - pyperclip.PyperclipException when no copy/paste mechanism exists
+        first = " ".join(str(exc).split()).split(". ")[0] or type(exc).__name__
+        raise InputError(f"clipboard: no clipboard available ({first})") from None
+    if not isinstance(text, str) or not text.strip():
+        raise InputError("clipboard: empty (copy the log first)")
+    return text
+
+
+def _open(source: str | None, clipboard: bool, max_bytes: int) -> tuple[str, BinaryIO]:
+    if clipboard:
+        return "clipboard", io.BytesIO(_read_clipboard().encode("utf-8", "replace"))
+    if source in (None, "-"):
+        if _stdin_is_tty():
+            click.echo(PASTE_HINT, err=True)
+        return "stdin", open_input("-", max_bytes)
+    return source, open_input(source, max_bytes)
+
+
+# --- the document ---------------------------------------------------------------------------------
+
+
+def _last(facts_list, run: int, rank: str | None, single_row_in_run: bool):
+    """The last value of a memory figure reported by ``rank`` in ``run`` (or by anyone in the run
+    when it has a single rank row)."""
+    exact = [f for f in facts_list if f.run == run and f.rank == rank]
+    if exact:
+        return exact[-1].value
+    if single_row_in_run:
+        same_run = [f for f in facts_list if f.run == run]
+        if same_run:
+            return same_run[-1].value
+    return None
+
+
+def _rank_rows(analysis: dict, facts) -> list[dict]:
+    """Per-rank figures: the analysis' memory/tokens pairs, plus memory figures or token counts
+    that have no partner (a start-up that failed before sizing the pool, V0 block counts)."""
+    rows: list[dict] = []
+    used_mem: set[int] = set()
+    used_tok: set[int] = set()
+    for r in analysis["kv_cache"]["bytes_per_token_by_rank"]:
+        rows.append({"rank": r["rank"], "dp_group": r["dp_group"], "run": r["run"], "available_gib": r["available_gib"],
+                     "tokens": r["tokens"], "bytes_per_token": r["bytes_per_token"], "memory_line": r["memory_line"],
+                     "tokens_line": r["tokens_line"], "memory_source": r.get("memory_source")})
+        used_mem.add(r["memory_line"])
+        used_tok.add(r["tokens_line"])
+    for f in facts.available:
+        if f.line not in used_mem:
+            rows.append({"rank": f.rank, "dp_group": f.dp, "run": f.run, "available_gib": f.value, "tokens": None,
+                         "bytes_per_token": None, "memory_line": f.line, "tokens_line": None, "memory_source": "available"})
+    block_size = analysis["config"].get("block_size")
+    token_facts = [(f, f.value) for f in facts.tokens]
+    if block_size:
+        token_facts += [(f, f.value * block_size) for f in facts.blocks]
+    for f, tokens in token_facts:
+        if f.line not in used_tok:
+            rows.append({"rank": f.rank, "dp_group": f.dp, "run": f.run, "available_gib": None, "tokens": tokens,
+                         "bytes_per_token": None, "memory_line": None, "tokens_line": f.line, "memory_source": None})
+    rows.sort(key=lambda r: (r["run"], r["dp_group"], r["memory_line"] or r["tokens_line"] or 0))
+    per_run: dict[int, int] = {}
+    for r in rows:
+        per_run[r["run"]] = per_run.get(r["run"], 0) + 1
+    for r in rows:
+        single = per_run[r["run"]] == 1
+        mem = {key: _last(facts.memory.get(key, []), r["run"], r["rank"], single) for key, _ in MEMORY_PARTS}
+        mem["total_gib"] = _last(facts.memory.get("total_gib", []), r["run"], r["rank"], single)
+        r["memory"] = mem
+        r["headroom_gib"], r["missing_parts"] = _headroom(mem, r["available_gib"])
+    return rows
+
+
+def _headroom(mem: dict, kv_gib: float | None) -> tuple[float | None, list[str]]:
+    """total − (weights + activation + non-torch + CUDA graph + KV); parts not in the log count as 0
+    and are listed (the headroom then includes them)."""
+    parts = [(label, mem.get(key)) for key, label in MEMORY_PARTS] + [("KV cache", kv_gib)]
+    missing = [label for label, v in parts if v is None]
+    total = mem.get("total_gib")
+    if total is None:
+        return None, missing + ["total"]
+    return round(total - sum(v for _, v in parts if v is not None), 4), missing
+
+
+def _capacity(analysis: dict, rows: list[dict], facts) -> dict:
+    cfg = analysis["config"]
+    mml = cfg.get("max_model_len")
+    dp_size = cfg.get("data_parallel_size") or 1
+    lengths = list(CAPACITY_LENGTHS)
+    if mml:
+        lengths.append(("max-model-len", int(mml)))
+    cap: dict[str, Any] = {"basis": None, "groups": [], "rows": [], "dp_size": dp_size, "notes": [], "max_model_len": mml}
+    with_tokens = [r for r in rows if r["tokens"] is not None]
+    groups: list[dict] = []
+    if with_tokens:
+        run = max(r["run"] for r in with_tokens)
+        by_group: dict[int, dict] = {}
+        for r in with_tokens:
+            if r["run"] != run:
+                continue
+            g = by_group.get(r["dp_group"])
+            if g is None or r["tokens"] < g["tokens"]:
+                by_group[r["dp_group"]] = {"dp_group": r["dp_group"], "tokens": r["tokens"], "line": r["tokens_line"]}
+        groups = [by_group[k] for k in sorted(by_group)]
+        cap["basis"] = "log"
+        if analysis.get("runs", 1) > 1:
+            cap["notes"].append(f"the log holds {analysis['runs']} server starts; capacity is for the last one that sized its KV cache (run {run + 1})")
+    else:
+        ik = analysis["errors"].get("insufficient_kv")
+        if ik and ik.get("estimated_max_len"):
+            line = facts.insufficient_kv[0].line if facts.insufficient_kv else None
+            groups = [{"dp_group": 0, "tokens": int(ik["estimated_max_len"]), "line": line}]
+            cap["basis"] = "insufficient_kv"
+            cap["notes"].append(
+                f"vLLM did not size the KV cache (start-up failed); tokens per DP group = vLLM's estimated maximum model length "
+                f"{fmt_num(int(ik['estimated_max_len']))} from the error at line {line}, i.e. what {fmt_gib(ik.get('available_gib'))} holds")
+    if not groups:
+        return cap
+    cap["groups"] = groups
+    seen = len(groups)
+    extra = max(0, int(dp_size) - seen)
+    if extra:
+        cap["notes"].append(f"the log shows {seen} of {dp_size} DP groups; the total counts the other {extra} as the smallest group seen")
+    smallest = min(g["tokens"] for g in groups)
+    for label, length in lengths:
+        per = [g["tokens"] // length for g in groups]
+        total = sum(per) + extra * (smallest // length)
+        cap["rows"].append({"label": label, "tokens": length, "per_group_min": min(per), "per_group_max": max(per),
+                            "total": total, "concurrency": smallest / length})
+    return cap
+
+
+def _error_items(analysis: dict, facts) -> list[dict]:
+    """Start-up errors in words (render.error_lines) with the log line each comes from."""
+    base = {"insufficient_kv": None, "no_available_memory": False, "startup_failed": False}
+    sources = (("insufficient_kv", facts.insufficient_kv), ("no_available_memory", facts.events.get("no_available_memory", [])),
+               ("startup_failed", facts.events.get("engine_failed", [])))
+    out = []
+    for key, fl in sources:
+        val = analysis["errors"].get(key)
+        if not val:
+            continue
+        texts = error_lines({"errors": {**base, key: val}})
+        f = fl[0] if fl else None
+        for t in texts:
+            out.append({"text": t, "line": f.line if f else None, "evidence": f.raw if f else None})
+    return out
+
+
+def build_document(analysis: dict, facts, min_severity: str = "info") -> dict:
+    """Everything the report shows, as plain data (redact this, then render it)."""
+    a = dict(analysis)
+    a["findings"] = visible_findings(analysis, min_severity)
+    rows = _rank_rows(analysis, facts)
+    counts = {s: sum(1 for f in a["findings"] if f["severity"] == s) for s in ("error", "warning", "info")}
+    return {"tool": "kvlogdiag", "version": __version__, "analysis": a, "ranks": rows,
+            "capacity": _capacity(analysis, rows, facts), "errors": _error_items(analysis, facts), "counts": counts,
+            "redaction": None}
+
+
+# --- shared text ----------------------------------------------------------------------------------
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _verdict(doc: dict) -> str:
+    c = doc["counts"]
+    return f"{_plural(c['error'], 'error')} · {_plural(c['warning'], 'warning')} · {c['info']} info"
+
+
+def _range(values: list[float | int], fmt) -> str:
+    vals = [v for v in values if v is not None]
+    if not vals:
+        return "—"
+    lo, hi = min(vals), max(vals)
+    return fmt(lo) if lo == hi else f"{fmt(lo)} – {fmt(hi)}"
+
+
+def _summary_rows(doc: dict) -> list[list[str]]:
+    a = doc["analysis"]
+    v, c, kv = a["vllm"], a["config"], a["kv_cache"]
+    par = " / ".join(fmt_num(c[k]) for k in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"))
+    bpt = fmt_bpt(kv["bytes_per_token"]) + (f", {kv['bytes_per_token_kind']}" if kv["bytes_per_token_kind"] else "")
+    rows = [
+        ["vLLM", f"{v['version'] or '—'} ({v['engine'] or '?'} engine, {v['platform'] or 'platform ?'})"],
+        ["model", c["model"] or "—"],
+        ["TP / PP / DP", par],
+        ["max-model-len", fmt_num(c["max_model_len"])],
+        ["bytes per token (per rank)", bpt],
+    ]
+    ranks = doc["ranks"]
+    if ranks:
+        rows.append(["available KV cache (per rank)", _range([r["available_gib"] for r in ranks], fmt_gib)
+                     + f" over {_plural(sum(1 for r in ranks if r['available_gib'] is not None), 'rank')}"])
+        rows.append(["KV cache size (tokens)", _range([r["tokens"] for r in ranks], fmt_num)])
+    verdict = _verdict(doc)
+    if a["errors"].get("startup_failed"):
+        verdict += " · start-up failed"
+    rows.append(["findings", verdict])
+    return rows
+
+
+def _rank_label(r: dict) -> str:
+    return r["rank"] or "—"
+
+
+def _group_label(r: dict, runs: int) -> str:
+    return f"DP{r['dp_group']}" + (f" run {r['run'] + 1}" if runs > 1 else "")
+
+
+def _lines(r: dict) -> str:
+    return f"{r['memory_line'] or '—'}/{r['tokens_line'] or '—'}"
+
+
+FIGURE_HEADERS = ["rank", "DP group", "available KV GiB", "tokens", "bytes/token", "lines (memory/tokens)"]
+MEMORY_HEADERS = ["rank", "weights", "activation peak", "non-torch", "CUDA graph", "KV cache", "total", "headroom", "not in log"]
+CAPACITY_HEADERS = ["request length", "tokens", "requests per DP group", "requests in total"]
+
+
+def _figure_cells(r: dict, runs: int) -> list[str]:
+    return [_rank_label(r), _group_label(r, runs), fmt_gib(r["available_gib"]), fmt_num(r["tokens"]),
+            fmt_bpt(r["bytes_per_token"]), _lines(r)]
+
+
+def _gib_or_missing(v: float | None) -> str:
+    return NOT_IN_LOG if v is None else fmt_gib(round(v, 4))
+
+
+def _memory_cells(r: dict) -> list[str]:
+    m = r["memory"]
+    missing = r["missing_parts"]
+    return ([_rank_label(r)] + [_gib_or_missing(m[key]) for key, _ in MEMORY_PARTS]
+            + [_gib_or_missing(r["available_gib"]), _gib_or_missing(m["total_gib"]), _gib_or_missing(r["headroom_gib"]),
+               ", ".join(missing) if missing else "—"])
+
+
+def _capacity_cells(row: dict, groups: int) -> list[str]:
+    per = fmt_num(row["per_group_min"]) if row["per_group_min"] == row["per_group_max"] else \
+        f"{fmt_num(row['per_group_min'])} – {fmt_num(row['per_group_max'])}"
+    return [row["label"], fmt_num(row["tokens"]), per, fmt_num(row["total"])]
+
+
+def _capacity_intro(cap: dict) -> str:
+    groups = cap["groups"]
+    toks = ", ".join(f"DP{g['dp_group']} {fmt_num(g['tokens'])} (line {g['line']})" for g in groups)
+    return (f"Whole requests of each length that fit in the KV cache at once (floor of tokens per DP group ÷ length; "
+            f"a request lives in one DP group, so the total is the sum over {_plural(int(cap['dp_size']), 'DP group')}). "
+            f"Tokens per DP group: {toks}.")
+
+
+def _settings_rows(a: dict) -> list[list[str]]:
+    rows = [list(r) for r in _identity_rows(a) if r[0] != "VLLM_* env"]
+    c = a["config"]
+    for key in ("enable_prefix_caching", "enforce_eager", "max_num_partial_prefills", "max_long_partial_prefills",
+                "long_prefill_token_threshold"):
+        if c.get(key) is not None:
+            rows.append([key, fmt_num(c[key])])
+    for key, vals in (c.get("conflicts") or {}).items():
+        rows.append([f"{key} (runs disagree)", ", ".join(str(v) for v in vals)])
+    return rows
+
+
+def _json_text(obj: Any) -> str:
+    return json.dumps(_clean(obj), indent=2, ensure_ascii=False, allow_nan=False)
+
+
+def _json_blocks(a: dict) -> list[tuple[str, str]]:
+    c = a["config"]
+    return [(name, _json_text(c[name])) for name in ("kv_transfer_config", "additional_config") if c.get(name)]
+
+
+def _redaction_text(doc: dict) -> str:
+    red = doc.get("redaction")
+    if red is None:
+        return "off (--no-redact): host names, IPs, user names, keys and tokens are shown as logged"
+    return ("on: masked " + red) if red else "on: nothing to mask was found"
+
+
+# --- Markdown -------------------------------------------------------------------------------------
+
+
+def _md_json_block(text: str) -> str:
+    block = md_code_block(text.splitlines())
+    fence_line, rest = block.split("\n", 1)
+    return fence_line[: -len("text")] + "json\n" + rest
+
+
+def _md_evidence(line: int | None, text: str) -> list[str]:
+    return ["<details><summary>evidence" + (f" (line {int(line)})" if line else "") + "</summary>", "",
+            md_code_block([f"{line}: {text}" if line else text]), "", "</details>"]
+
+
+def render_report_markdown(doc: dict) -> str:
+    """The report as GitHub-flavoured Markdown (for an issue)."""
+    a = doc["analysis"]
+    runs = a.get("runs", 1)
+    out: list[str] = []
+    out.append(f"## kvlogdiag report: {md_escape(a['source'])}")
+    out.append("")
+    out.append(f"{a['lines_read']:,} lines read · kvlogdiag {md_escape(doc['version'])} · redaction {md_escape(_redaction_text(doc))}")
+    out.append("")
+    out.append("### Summary")
+    out.append("")
+    out.append(_md_table(["", ""], _summary_rows(doc)))
+    kv = a["kv_cache"]
+    if kv.get("bytes_per_token_note"):
+        out += ["", f"> {md_escape(kv['bytes_per_token_note'])}"]
+    if kv.get("ranks_disagree"):
+        out += ["", "> ranks disagree on bytes per token by more than 1 %: the figure above is their median"]
+    if doc["errors"]:
+        out += ["", "### Start-up errors", ""]
+        for e in doc["errors"]:
+            out.append(f"- {md_escape(e['text'])}" + (f" (line {e['line']})" if e["line"] else ""))
+            if e["evidence"]:
+                out += [""] + ["  " + ln if ln else "" for ln in "\n".join(_md_evidence(e["line"], e["evidence"])).split("\n")]
+    out += ["", "### KV cache figures per rank", ""]
+    if doc["ranks"]:
+        out.append(_md_table(FIGURE_HEADERS, [_figure_cells(r, runs) for r in doc["ranks"]]))
+        out += ["", "### GPU memory per rank", "",
+                "From the memory lines of each rank; headroom = total − the other columns (it includes any part not in the log)."
+                " Charts: `--format html`.", ""]
+        out.append(_md_table(MEMORY_HEADERS, [_memory_cells(r) for r in doc["ranks"]]))
+    else:
+        out.append("No `Available KV cache memory` or `GPU KV cache size` line in the log.")
+    fs = a["findings"]
+    out += ["", f"### Findings ({len(fs)})", ""]
+    if not fs:
+        out.append("No findings.")
+    for f in fs:
+        out.append(f"#### {md_escape(f['rule'])} {md_escape(f['name'])} ({md_escape(f['severity'])}"
+                   + (f", line {int(f['line'])}" if f.get("line") else "") + ")")
+        out += ["", md_escape(f["message"])]
+        if f.get("fix"):
+            out += ["", f"**Fix:** {md_escape(f['fix'])}"]
+        if f.get("evidence"):
+            out += [""] + _md_evidence(f.get("line"), f["evidence"])
+        out.append("")
+    cap = doc["capacity"]
+    out += ["", "### Capacity", ""]
+    if cap["rows"]:
+        out.append(md_escape(_capacity_intro(cap)))
+        out.append("")
+        out.append(_md_table(CAPACITY_HEADERS, [_capacity_cells(r, len(cap["groups"])) for r in cap["rows"]]))
+        for n in cap["notes"]:
+            out += ["", f"> {md_escape(n)}"]
+    else:
+        out.append("The log gives no KV cache size, so the capacity cannot be computed.")
+    out += ["", "### Configuration", "", _md_table(["setting", "value"], _settings_rows(a))]
+    for name, text in _json_blocks(a):
+        out += ["", f"**{md_escape(name)}**", "", _md_json_block(text)]
+    env = a["config"].get("env") or {}
+    out += ["", "**VLLM_\\* environment**", ""]
+    out.append(_md_table(["variable", "value"], [[k, v] for k, v in env.items()]) if env else "None in the log.")
+    out += ["", f"<sub>Generated by kvlogdiag {md_escape(doc['version'])} (`kvlogdiag report`).</sub>"]
+    return "\n".join(out).rstrip() + "\n"
+
+
+# --- charts ---------------------------------------------------------------------------------------
+
+_COLORS = {"weights": "#4C72B0", "activation peak": "#DD8452", "non-torch": "#937860", "CUDA graph": "#8172B3",
+           "KV cache": "#55A868", "headroom": "#D9D9D9"}
+
+
+def _matplotlib():
+    """(Figure, FigureCanvasAgg) or None when matplotlib is not installed."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        return None
+    return Figure, FigureCanvasAgg
+
+
+def _png_data_uri(fig, canvas_cls) -> str:
+    canvas_cls(fig)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight", metadata={"Software": None})
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _memory_chart(doc: dict, mpl) -> str | None:
+    rows = doc["ranks"]
+    if not rows:
+        return None
+    Figure, Canvas = mpl
+    fig = Figure(figsize=(max(6.0, 0.7 * len(rows) + 2.5), 4.2))
+    ax = fig.add_subplot(1, 1, 1)
+    labels = [_rank_label(r) for r in rows]
+    x = list(range(len(rows)))
+    bottom = [0.0] * len(rows)
+    series = [(label, [r["memory"][key] for r in rows]) for key, label in MEMORY_PARTS]
+    series.append(("KV cache", [r["available_gib"] for r in rows]))
+    series.append(("headroom", [max(0.0, r["headroom_gib"]) if r["headroom_gib"] is not None else None for r in rows]))
+    for label, vals in series:
+        heights = [v or 0.0 for v in vals]
+        if not any(heights):
+            continue
+        ax.bar(x, heights, bottom=bottom, color=_COLORS[label], label=label, edgecolor="white", linewidth=0.5,
+               hatch="//" if label == "headroom" else None)
+        bottom = [b + h for b, h in zip(bottom, heights)]
+    ax.set_xticks(x)
+    ax.set_xticklabels(labels, rotation=30 if len(rows) > 4 else 0, ha="right" if len(rows) > 4 else "center", fontsize=8)
+    ax.set_ylabel("GiB")
+    ax.set_title("GPU memory per rank")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    ax.grid(axis="y", alpha=0.3)
+    return _png_data_uri(fig, Canvas)
+
+
+def _capacity_chart(doc: dict, mpl) -> str | None:
+    cap = doc["capacity"]
+    if not cap["rows"]:
+        return None
+    Figure, Canvas = mpl
+    smallest = min(g["tokens"] for g in cap["groups"])
+    if smallest <= 0:
+        return None
+    dp = max(int(cap["dp_size"]), len(cap["groups"]))
+    hi = max([131072] + [r["tokens"] for r in cap["rows"]])
+    lengths = []
+    length = 1024
+    while length <= hi * 2:
+        lengths.append(length)
+        length *= 2
+    fig = Figure(figsize=(7.0, 4.2))
+    ax = fig.add_subplot(1, 1, 1)
+    ax.step(lengths, [max(smallest // n, 0.5) for n in lengths], where="post", color=_COLORS["KV cache"],
+            label="per DP group (smallest)")
+    if dp > 1:
+        ax.step(lengths, [max(r, 0.5) for r in (sum(g["tokens"] // n for g in cap["groups"])
+                                                 + (dp - len(cap["groups"])) * (smallest // n) for n in lengths)],
+                where="post", color=_COLORS["weights"], label=f"total ({dp} DP groups)")
+    for r in cap["rows"]:
+        ax.plot([r["tokens"]], [max(r["per_group_min"], 0.5)], "o", color=_COLORS["KV cache"])
+        ax.annotate(f"{r['label']}: {r['per_group_min']:,}", (r["tokens"], max(r["per_group_min"], 0.5)),
+                    textcoords="offset points", xytext=(4, 6), fontsize=8)
+    if cap.get("max_model_len"):
+        ax.axvline(cap["max_model_len"], color="#C44E52", linestyle="--", linewidth=1, label="max-model-len")
+    ax.axhline(1, color="#888888", linestyle=":", linewidth=1)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("request length (tokens)")
+    ax.set_ylabel("requests that fit at once")
+    ax.set_title("KV capacity vs request length")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8, frameon=False)
+    return _png_data_uri(fig, Canvas)
+
+
+def render_charts(doc: dict) -> dict[str, str | None] | None:
+    """{"memory": data URI | None, "capacity": data URI | None}, or None without matplotlib."""
+    mpl = _matplotlib()
+    if mpl is None:
+        return None
+    return {"memory": _memory_chart(doc, mpl), "capacity": _capacity_chart(doc, mpl)}
+
+
+# --- HTML -----------------------------------------------------------------------------------------
+
+_CSS = """
+body{font:14px/1.45 -apple-system,"Segoe UI",Helvetica,Arial,sans-serif;margin:2em auto;max-width:1100px;padding:0 1em;color:#1f2328}
+h1{font-size:1.6em;margin-bottom:.2em}h2{border-bottom:1px solid #d0d7de;padding-bottom:.2em;margin-top:1.6em}
+table{border-collapse:collapse;margin:.6em 0}th,td{border:1px solid #d0d7de;padding:.25em .6em;text-align:left;vertical-align:top}
+th{background:#f6f8fa}td.num{text-align:right;font-variant-numeric:tabular-nums}
+pre{background:#f6f8fa;padding:.6em;overflow:auto;white-space:pre-wrap;word-break:break-all}
+.meta{color:#59636e}.note{color:#59636e;border-left:3px solid #d0d7de;padding-left:.6em}
+.finding{border-left:4px solid #d0d7de;padding:.1em .8em;margin:.8em 0}
+.sev-error{border-color:#cf222e}.sev-warning{border-color:#bf8700}.sev-info{border-color:#0969da}
+img.chart{max-width:100%;height:auto;display:block;margin:.6em 0}
+""".strip()
+
+_CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
+
+
+def _e(text: Any) -> str:
+    return html.escape("" if text is None else str(text), quote=True)
+
+
+def _html_table(headers: list[str], rows: list[list[str]], table_id: str | None = None, numeric: set[int] = frozenset()) -> str:
+    out = [f'<table id="{table_id}">' if table_id else "<table>", "<thead><tr>" + "".join(f"<th>{_e(h)}</th>" for h in headers) + "</tr></thead>", "<tbody>"]
+    for r in rows:
+        out.append("<tr>" + "".join(f'<td class="num">{_e(c)}</td>' if i in numeric else f"<td>{_e(c)}</td>"
+                                    for i, c in enumerate(r)) + "</tr>")
+    out.append("</tbody></table>")
+    return "\n".join(out)
+
+
+def _html_evidence(line: int | None, text: str) -> str:
+    summary = "evidence" + (f" (line {int(line)})" if line else "")
+    body = f"{line}: {text}" if line else text
+    return f"<details><summary>{_e(summary)}</summary><pre>{_e(body)}</pre></details>"
+
+
+def render_report_html(doc: dict, charts: bool = True) -> str:
+    """The report as one self-contained HTML page (no scripts, no network at view time)."""
+    a = doc["analysis"]
+    runs = a.get("runs", 1)
+    pics = render_charts(doc) if charts else None
+    out: list[str] = [
+        "<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
+        f'<meta http-equiv="Content-Security-Policy" content="{_e(_CSP)}">',
+        '<meta name="referrer" content="no-referrer">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>kvlogdiag report: {_e(a['source'])}</title>", f"<style>{_CSS}</style>", "</head>", "<body>",
+        f"<h1>kvlogdiag report: {_e(a['source'])}</h1>",
+        f'<p class="meta">{a["lines_read"]:,} lines read · kvlogdiag {_e(doc["version"])} · redaction {_e(_redaction_text(doc))}</p>',
+        "<h2>Summary</h2>", _html_table(["", ""], _summary_rows(doc), "summary"),
+    ]
+    kv = a["kv_cache"]
+    if kv.get("bytes_per_token_note"):
+        out.append(f'<p class="note">{_e(kv["bytes_per_token_note"])}</p>')
+    if kv.get("ranks_disagree"):
+        out.append('<p class="note">Ranks disagree on bytes per token by more than 1 %: the figure above is their median.</p>')
+    if doc["errors"]:
+        out.append("<h2>Start-up errors</h2><ul>")
+        for e in doc["errors"]:
+            out.append("<li>" + _e(e["text"]) + (f" (line {int(e['line'])})" if e["line"] else "")
+                       + (_html_evidence(e["line"], e["evidence"]) if e["evidence"] else "") + "</li>")
+        out.append("</ul>")
+    out.append("<h2>KV cache figures per rank</h2>")
+    if doc["ranks"]:
+        out.append(_html_table(FIGURE_HEADERS, [_figure_cells(r, runs) for r in doc["ranks"]], "figures", {2, 3, 4}))
+        out.append("<h2>GPU memory per rank</h2>")
+        out.append(_html_chart(pics, "memory", "Stacked bars per rank: weights, activation peak, non-torch, CUDA graph, "
+                                               "KV cache and headroom (total − the rest), in GiB"))
+        out.append('<p class="note">Headroom = total − the other columns; a part that is not in the log counts as 0, '
+                   'so the headroom then includes it.</p>')
+        out.append(_html_table(MEMORY_HEADERS, [_memory_cells(r) for r in doc["ranks"]], "memory", {1, 2, 3, 4, 5, 6, 7}))
+    else:
+        out.append("<p>No <code>Available KV cache memory</code> or <code>GPU KV cache size</code> line in the log.</p>")
+    fs = a["findings"]
+    out.append(f"<h2>Findings ({len(fs)})</h2>")
+    if not fs:
+        out.append("<p>No findings.</p>")
+    for f in fs:
+        sev = f["severity"] if f["severity"] in ("error", "warning", "info") else "info"
+        out.append(f'<div class="finding sev-{sev}">')
+        out.append(f"<h3>{_e(f['rule'])} {_e(f['name'])} ({_e(f['severity'])}"
+                   + (f", line {int(f['line'])}" if f.get("line") else "") + ")</h3>")
+        out.append(f"<p>{_e(f['message'])}</p>")
+        if f.get("fix"):
+            out.append(f"<p><strong>Fix:</strong> {_e(f['fix'])}</p>")
+        if f.get("evidence"):
+            out.append(_html_evidence(f.get("line"), f["evidence"]))
+        out.append("</div>")
+    cap = doc["capacity"]
+    out.append("<h2>Capacity</h2>")
+    if cap["rows"]:
+        out.append(f"<p>{_e(_capacity_intro(cap))}</p>")
+        out.append(_html_table(CAPACITY_HEADERS, [_capacity_cells(r, len(cap["groups"])) for r in cap["rows"]], "capacity", {1, 2, 3}))
+        out.extend(f'<p class="note">{_e(n)}</p>' for n in cap["notes"])
+        out.append(_html_chart(pics, "capacity", "Requests that fit at once vs request length (log scales)"))
+    else:
+        out.append("<p>The log gives no KV cache size, so the capacity cannot be computed.</p>")
+    out.append("<h2>Configuration</h2>")
+    out.append(_html_table(["setting", "value"], _settings_rows(a), "settings"))
+    for name, text in _json_blocks(a):
+        out.append(f"<h3>{_e(name)}</h3><pre>{_e(text)}</pre>")
+    env = a["config"].get("env") or {}
+    out.append("<h3>VLLM_* environment</h3>")
+    out.append(_html_table(["variable", "value"], [[k, v] for k, v in env.items()], "env") if env else "<p>None in the log.</p>")
+    out.append(f'<p class="meta">Generated by kvlogdiag {_e(doc["version"])} (<code>kvlogdiag report --format html</code>).</p>')
+    out += ["</body>", "</html>"]
+    return "\n".join(out) + "\n"
+
+
+def _html_chart(pics: dict | None, name: str, alt: str) -> str:
+    if pics is None:
+        return ('<p class="note">Charts need matplotlib, which is not installed: '
+                "<code>pip install 'kvlogdiag[charts]'</code>. The tables carry the same figures.</p>")
+    uri = pics.get(name)
+    if not uri:
+        return ""
+    return f'<img class="chart" alt="{_e(alt)}" src="{_e(uri)}">'
+
+
+# --- the command ----------------------------------------------------------------------------------
+
+
+@click.command("report")
+@click.argument("source", required=False, metavar="[FILE|-]")
+@click.option("--clipboard", is_flag=True, help="Read the log from the clipboard (needs the optional pyperclip package).")
+@click.option("--format", "fmt", type=click.Choice(["markdown", "html"]), default="markdown", show_default=True,
+              help="markdown: paste into a GitHub issue; html: one self-contained page with charts.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write the report here [default: stdout].")
+@click.option("--redact/--no-redact", default=True, show_default=True,
+              help="Mask host names, IPs, home-directory user names, API keys, HF tokens and e-mails.")
+@click.option("--max-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_BYTES, show_default=True,
+              help="Stop reading after this many (decompressed) bytes.")
+@rule_options
+def report(source: str | None, clipboard: bool, fmt: str, output: str | None, redact: bool, max_bytes: int, **kw: Any) -> None:
+    """Turn one log (FILE, - or a paste on stdin, or --clipboard) into a report for an issue.
+
+    \b
+    kvlogdiag report server.log > issue.md
+    kvlogdiag report                      paste, then Ctrl-D
+    kvlogdiag report --clipboard --format html -o report.html
+    """
+    if clipboard and source is not None:
+        err("give a FILE or --clipboard, not both")
+        sys.exit(ExitCode.ERROR)
+    analyzer = build_analyzer(kw)
+    opts = analyzer.options
+    fh = None
+    try:
+        name, fh = _open(source, clipboard, max_bytes)
+        facts = analyzer.extract_stream(fh, name)
+    except InputError as exc:
+        err(str(exc))
+        sys.exit(ExitCode.ERROR)
+    except RuleLoadError as exc:  # --strict-rules
+        err(str(exc))
+        sys.exit(ExitCode.ERROR)
+    finally:
+        if fh is not None:
+            try:
+                fh.close()
+            except Exception:  # noqa: BLE001 - closing a broken stream must not hide the real error
+                pass
+    if facts.lines_read == 0:
+        err(f"{name}: empty input, nothing to report" + (" (paste the log, then Ctrl-D)" if name == "stdin" else ""))
+        sys.exit(ExitCode.ERROR)
+    try:
+        analysis = analyzer.analyze_facts(facts)
+    except RuleLoadError as exc:
+        err(str(exc))
+        sys.exit(ExitCode.ERROR)
+    fatal = report_rule_errors(analyzer)
+    doc = build_document(analysis, facts, opts.min_severity)
+    if redact:
+        red = Redactor()
+        doc = red.redact_obj(doc)
+        doc["redaction"] = red.summary()
+    text = render_report_html(doc) if fmt == "html" else render_report_markdown(doc)
+    if output:
+        try:
+            with open(output, "w", encoding="utf-8", newline="\n") as fp:
+                fp.write(text)
+        except OSError as exc:
+            err(f"{output}: cannot write ({exc.strerror or exc})")
+            sys.exit(ExitCode.ERROR)
+        click.echo(f"kvlogdiag: wrote {os.path.abspath(output) if not redact else output}", err=True)
+    else:
+        click.echo(text, nl=False)
+    if fatal:
+        sys.exit(ExitCode.ERROR)
+    sys.exit(fail_exit([analysis], opts.fail_on))
