@@ -133,6 +133,8 @@ NAMES.update({
     "stats_interval_s": "seconds between stats lines: VLLM_LOG_STATS_INTERVAL when logged, else 5 (V0 and V1 < 0.9) or 10",
     "stats_engines": "number of distinct 'Engine NNN' ids in stats lines (DP engines), null when none",
     "kv_usage_high_last_line": "line of the last stats line with KV usage >= 90 %",
+    "kv_tokens_per_engine": "KV tokens of one engine (DP group): tokens_per_dp_group, else V0 '# GPU blocks' × block_size",
+    "kv_capacity_text": "KV capacity as text: 'T tokens = C× max-length (L-token) requests' with what is logged, ' per engine (DP group)' when DP > 1; null when neither figure is logged",
     # block pool (KVD016)
     "kv_alloc_fail_blocks": "blocks requested in the first 'Cannot get N free blocks from the pool' error",
     "ignored_prompt_tokens": "largest prompt V0 ignored because it 'exceeds the capacity of block_manager'",
@@ -535,6 +537,24 @@ def _names_kvd010_018(facts: LogFacts, analysis: dict, v: dict[str, Any], prov: 
     put("stats_interval_s", interval, env)
     put("stats_engines", len(st.engines) or None)
     put("kv_usage_high_last_line", st.kv_usage_high_last_line)
+    conc = [f for f in facts.concurrency if isinstance(f.value, tuple) and len(f.value) == 2]
+    cmin = min(conc, key=lambda f: f.value[1]) if conc else None
+    tpg = v.get("tokens_per_dp_group")
+    bs = v.get("block_size")
+    if tpg is None and facts.blocks and isinstance(bs, int) and bs > 0:
+        tpg = min(f.value for f in facts.blocks) * bs
+    put("kv_tokens_per_engine", tpg, prov.get("tokens_min") or (min(facts.blocks, key=lambda f: f.value) if facts.blocks else None))
+    cap = []
+    if isinstance(tpg, (int, float)) and tpg > 0:
+        cap.append(f"{tpg:,.0f} tokens")
+    if cmin is not None:
+        cap.append(f"{cmin.value[1]:g}× max-length ({cmin.value[0]:,}-token) requests")
+    elif cap and isinstance(v.get("max_model_len"), int) and v["max_model_len"] > 0:
+        cap.append(f"{tpg / v['max_model_len']:.2f}× max-length ({v['max_model_len']:,}-token) requests")
+    cap_text = " = ".join(cap) or None
+    if cap_text and (v.get("dp") or 1) > 1:
+        cap_text += " per engine (DP group)"
+    put("kv_capacity_text", cap_text, cmin)
 
     # -- KVD016: block pool
     bp = (facts.events.get("block_pool_no_free") or [None])[0]

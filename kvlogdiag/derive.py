@@ -398,5 +398,18 @@ def derive(facts: LogFacts) -> dict[str, Any]:
         "memory": {k: [f.value for f in v] for k, v in sorted(facts.memory.items())},
     }
     analysis["kv_transfer"] = summary
+    prov: dict[str, dict] = {}
+    for key, f in sorted(chosen.items()):
+        if key in analysis["config"]:
+            prov[f"config.{key}"] = {"line": f.line, "rank": f.rank, "source": f.source}
+    for name, lst in (("vllm.version", [f for f in facts.version if f.value == version]),
+                      ("vllm.engine", [f for f in facts.engine if f.value == engine]),
+                      ("vllm.platform", [f for f in facts.platform if f.value == platform])):
+        if lst:
+            prov[name] = {"line": lst[0].line, "rank": lst[0].rank, "source": lst[0].source}
+    if facts.insufficient_kv:
+        f = facts.insufficient_kv[0]
+        prov["errors.insufficient_kv"] = {"line": f.line, "rank": f.rank, "source": f.source}
+    analysis["provenance"] = prov
     analysis["_chosen"] = chosen
     return analysis

@@ -628,7 +628,8 @@ def _basis(choice: str, measured: Figure | None, expected: ExpectedKV | None, co
                                    f"architecture, which the log confirms (ratio {ratio:.3f})")
     elif measured is not None:
         use = "measured"
-        reason = f"measured ({measured.where()})"
+        reason = ("given by --bytes-per-token" if measured.source == "flag"
+                  else f"what the engine used (log line {measured.line})")
         if exp_ok:
             reason += "; it disagrees with the architecture's figure, so that is not used"
     else:
@@ -916,21 +917,23 @@ def render_table(est: dict) -> str:
             ["KV memory, all DP groups", _gib(k["kv_gib_total"]), why("kv_gib_per_dp_group", f"× DP {k['dp_size']}")],
             ["tokens in the pool per DP group", _n(k["pool_tokens_per_dp_group"]),
              why("pool_tokens_per_dp_group", "floor(Z·2^30 / bytes per token)"
+                 + ("; full-length tokens only (each request also reserves the fixed part)"
+                    if k["fixed_bytes_per_request"] else "")
                  + (f"; the log says {k['logged_tokens_per_dp_group']:,}" if k["logged_tokens_per_dp_group"] else ""))],
             ["tokens in the pool, all DP groups", _n(k["pool_tokens_total"]),
              why("pool_tokens_total", f"× DP {k['dp_size']}")],
-            [f"requests that fit at workload length {_n(k['workload_len'])}", _x(k["requests_fit_at_workload_len"]),
+            [f"requests that fit at workload length {_lab(k['workload_len'], 'L')}", _x(k["requests_fit_at_workload_len"]),
              why("requests_fit_at_workload_len", "per DP group")],
-            [f"requests that fit at max_model_len {_n(k['max_model_len'])}", _x(k["requests_fit_at_max_model_len"]),
+            [f"requests that fit at max_model_len {_lab(k['max_model_len'], '')}".rstrip(), _x(k["requests_fit_at_max_model_len"]),
              why("requests_fit_at_max_model_len", "per DP group; the log's 'Maximum concurrency' figure")],
-            [f"max_model_len for {_n(k['target_requests'])} concurrent requests", _n(k["max_model_len_for_target_requests"]),
+            [f"max_model_len for {_lab(k['target_requests'], 'N')} concurrent requests", _n(k["max_model_len_for_target_requests"]),
              why("max_model_len_for_target_requests", "each at full length")],
-            [f"--kv-cache-memory-bytes for {_n(k['target_requests'])} × {_n(k['workload_len'])} tokens",
+            [f"--kv-cache-memory-bytes for {_lab(k['target_requests'], 'N')} × {_lab(k['workload_len'], 'L')} tokens",
              _n(k["kv_cache_memory_bytes_for_target"]),
              why("kv_cache_memory_bytes_for_target",
                  f"= {k['kv_cache_memory_bytes_for_target'] / GIB:,.2f} GiB per rank"
                  if k["kv_cache_memory_bytes_for_target"] else "")],
-            [f"--gpu-memory-utilization for {_n(k['target_requests'])} × {_n(k['workload_len'])} tokens",
+            [f"--gpu-memory-utilization for {_lab(k['target_requests'], 'N')} × {_lab(k['workload_len'], 'L')} tokens",
              DASH if k["gpu_memory_utilization_for_target"] is None else f"{k['gpu_memory_utilization_for_target']:.4f}",
              why("gpu_memory_utilization_for_target",
                  f"(KV + non-KV {_n(k['non_kv_gib'], 2)} GiB) / {_n(k['gpu_memory_gib'], 2)} GiB"
@@ -1001,6 +1004,10 @@ def _where(inp: dict, key: str) -> str:
 
 def _ranks(inp: dict) -> str:
     return f"TP {inp['tp']['value']} × PP {inp['pp']['value']}"
+
+
+def _lab(v: Any, symbol: str) -> str:
+    return symbol if v is None else _n(v)
 
 
 def _x(v: float | None) -> str:

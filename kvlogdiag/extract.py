@@ -575,6 +575,8 @@ class Extractor:
                             st.preemption_first = fact
                         self._emit("stats_preemptions", self._with(fact, p))
                 elif tm.group("kv_usage") is not None:
+                    if tm.group("device") == "CPU" and m.group("swapped") is not None:
+                        continue  # V0 'CPU KV cache usage' is the swap space, not the KV pool (KVD013)
                     u = float(tm.group("kv_usage"))
                     st.kv_usage_samples += 1
                     if st.kv_usage_max is None or u > st.kv_usage_max:

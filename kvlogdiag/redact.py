@@ -95,7 +95,8 @@ _HOST_KEY = re.compile(
     r"ip_address|server_ip|pod_ip|pod_name)['\"]?\s*[:=]\s*)(?P<q>['\"]?)(?P<v>[A-Za-z0-9][\w.:%-]*)")
 _FQDN = re.compile(
     r"(?<![\w.@/-])(?P<v>(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+(?:" + _TLDS + r"))(?![\w-]|\.\w)")
-_IPV4 = re.compile(r"(?<![\w.])(?P<v>\d{1,3}(?:\.\d{1,3}){3})(?![\w]|\.\d)")
+_IPV4 = re.compile(r"(?<![\w.])(?P<v>\d{1,3}(?:\.\d{1,3}){3})(?![\w]|\.\w)")
+_VERSION_BEFORE = re.compile(r"(?i)(?:version\W{0,3}|==|>=|<=|~=)$")
 _IPV6 = re.compile(
     r"(?<![\w:.])(?P<v>(?:[0-9A-Fa-f]{0,4}:){2,7}(?:[0-9A-Fa-f]{1,4}|\d{1,3}(?:\.\d{1,3}){3})?(?:%[\w.]+)?)(?![\w:])")
 _HOME = re.compile(r"(?P<pre>(?<![\w.])/(?:home|Users|export/home)/)(?P<v>[^/\s'\"`:;,()\[\]{}<>|\\]+)")
@@ -254,7 +255,10 @@ class Redactor:
 
     def _ipv4(self, m: re.Match) -> str:
         v = m.group("v")
-        if any(int(p) > 255 for p in v.split(".")):
+        parts = v.split(".")
+        if any(int(p) > 255 for p in parts) or parts[0] == "0":  # 0.x.y.z: "this network", and vLLM versions (0.10.1.1)
+            return v
+        if _VERSION_BEFORE.search(m.string, max(0, m.start() - 16), m.start()):
             return v
         return self._host_or_ip(v)
 

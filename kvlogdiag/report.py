@@ -26,15 +26,12 @@ import base64
 import html
 import io
 import json
-import math
-import os
 import sys
 from typing import Any, BinaryIO
 
 import click
 
 from kvlogdiag import __version__
-from kvlogdiag.cli import ExitCode, build_analyzer, err, fail_exit, report_rule_errors, rule_options
 from kvlogdiag.reader import DEFAULT_MAX_BYTES, InputError, open_input
 from kvlogdiag.redact import Redactor
 from kvlogdiag.render import (
@@ -136,13 +133,17 @@ def _rank_rows(analysis: dict, facts) -> list[dict]:
             rows.append({"rank": f.rank, "dp_group": f.dp, "run": f.run, "available_gib": f.value, "tokens": None,
                          "bytes_per_token": None, "memory_line": f.line, "tokens_line": None, "memory_source": "available"})
     block_size = analysis["config"].get("block_size")
-    token_facts = [(f, f.value) for f in facts.tokens]
+    token_facts = [(f, f.value, None) for f in facts.tokens]
     if block_size:
-        token_facts += [(f, f.value * block_size) for f in facts.blocks]
-    for f, tokens in token_facts:
+        token_facts += [(f, f.value * block_size, f.value) for f in facts.blocks]
+    for f, tokens, blocks in token_facts:
         if f.line not in used_tok:
             rows.append({"rank": f.rank, "dp_group": f.dp, "run": f.run, "available_gib": None, "tokens": tokens,
                          "bytes_per_token": None, "memory_line": None, "tokens_line": f.line, "memory_source": None})
+    blocks_at = {f.line: f.value for f in facts.blocks} if block_size else {}
+    for r in rows:  # V0 logs count blocks: say so next to the token figure
+        r["blocks"] = blocks_at.get(r["tokens_line"])
+        r["block_size"] = block_size if r["blocks"] is not None else None
     rows.sort(key=lambda r: (r["run"], r["dp_group"], r["memory_line"] or r["tokens_line"] or 0))
     per_run: dict[int, int] = {}
     for r in rows:
@@ -305,8 +306,10 @@ CAPACITY_HEADERS = ["request length", "tokens", "requests per DP group", "reques
 
 
 def _figure_cells(r: dict, runs: int) -> list[str]:
-    return [_rank_label(r), _group_label(r, runs), fmt_gib(r["available_gib"]), fmt_num(r["tokens"]),
-            fmt_bpt(r["bytes_per_token"]), _lines(r)]
+    tokens = fmt_num(r["tokens"])
+    if r.get("blocks") is not None:
+        tokens += f" ({fmt_num(r['blocks'])} blocks × {r['block_size']})"
+    return [_rank_label(r), _group_label(r, runs), fmt_gib(r["available_gib"]), tokens, fmt_bpt(r["bytes_per_token"]), _lines(r)]
 
 
 def _gib_or_missing(v: float | None) -> str:
@@ -423,7 +426,7 @@ def render_report_markdown(doc: dict) -> str:
             out += [""] + _md_evidence(f.get("line"), f["evidence"])
         out.append("")
     cap = doc["capacity"]
-    out += ["", "### Capacity", ""]
+    out += ["### Capacity", ""] if fs else ["", "### Capacity", ""]
     if cap["rows"]:
         out.append(md_escape(_capacity_intro(cap)))
         out.append("")
@@ -485,52 +488,77 @@ def _memory_chart(doc: dict, mpl) -> str | None:
         ax.bar(x, heights, bottom=bottom, color=_COLORS[label], label=label, edgecolor="white", linewidth=0.5,
                hatch="//" if label == "headroom" else None)
         bottom = [b + h for b, h in zip(bottom, heights)]
+    tilt = len(rows) > 4 or max(len(lb) for lb in labels) * len(rows) > 48
     ax.set_xticks(x)
-    ax.set_xticklabels(labels, rotation=30 if len(rows) > 4 else 0, ha="right" if len(rows) > 4 else "center", fontsize=8)
+    ax.set_xticklabels(labels, rotation=30 if tilt else 0, ha="right" if tilt else "center", fontsize=8)
     ax.set_ylabel("GiB")
     ax.set_title("GPU memory per rank")
+    missing = [label for label in [lb for _, lb in MEMORY_PARTS] + ["KV cache", "total"]
+               if any(label in r["missing_parts"] for r in rows)]
+    if missing:
+        note = "not in log: " + ", ".join(missing)
+        if "total" in missing:
+            note += " (no headroom without the total)"
+        ax.text(0.0, 1.02, note, transform=ax.transAxes, fontsize=8, color="#59636e", va="bottom")
+        ax.set_title("GPU memory per rank", pad=18)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
     ax.grid(axis="y", alpha=0.3)
     return _png_data_uri(fig, Canvas)
 
 
+def _tokens_label(n: float) -> str:
+    n = int(n)
+    if n >= 1 << 20 and n % (1 << 20) == 0:
+        return f"{n >> 20}M"
+    if n >= 1024 and n % 1024 == 0:
+        return f"{n >> 10}K"
+    return f"{n:,}"
+
+
 def _capacity_chart(doc: dict, mpl) -> str | None:
+    """Requests that fit vs request length: the exact curve tokens ÷ L (vLLM's "maximum concurrency")
+    for the smallest DP group (and in total), and the whole requests of the table as points."""
     cap = doc["capacity"]
     if not cap["rows"]:
         return None
     Figure, Canvas = mpl
-    smallest = min(g["tokens"] for g in cap["groups"])
+    groups = cap["groups"]
+    smallest = min(g["tokens"] for g in groups)
     if smallest <= 0:
         return None
-    dp = max(int(cap["dp_size"]), len(cap["groups"]))
-    hi = max([131072] + [r["tokens"] for r in cap["rows"]])
-    lengths = []
-    length = 1024
-    while length <= hi * 2:
-        lengths.append(length)
-        length *= 2
+    dp = max(int(cap["dp_size"]), len(groups))
+    lo, hi = 1024, max([131072] + [r["tokens"] for r in cap["rows"]]) * 2
+    steps = 240
+    xs = [lo * (hi / lo) ** (i / steps) for i in range(steps + 1)]
     fig = Figure(figsize=(7.0, 4.2))
     ax = fig.add_subplot(1, 1, 1)
-    ax.step(lengths, [max(smallest // n, 0.5) for n in lengths], where="post", color=_COLORS["KV cache"],
-            label="per DP group (smallest)")
+    ax.plot(xs, [smallest / x for x in xs], color=_COLORS["KV cache"], label="per DP group (smallest): tokens ÷ length")
     if dp > 1:
-        ax.step(lengths, [max(r, 0.5) for r in (sum(g["tokens"] // n for g in cap["groups"])
-                                                 + (dp - len(cap["groups"])) * (smallest // n) for n in lengths)],
-                where="post", color=_COLORS["weights"], label=f"total ({dp} DP groups)")
+        total_tokens = sum(g["tokens"] for g in groups) + (dp - len(groups)) * smallest
+        ax.plot(xs, [total_tokens / x for x in xs], color=_COLORS["weights"], label=f"all {dp} DP groups")
+    floor_y = min(0.5, smallest / hi)
     for r in cap["rows"]:
-        ax.plot([r["tokens"]], [max(r["per_group_min"], 0.5)], "o", color=_COLORS["KV cache"])
-        ax.annotate(f"{r['label']}: {r['per_group_min']:,}", (r["tokens"], max(r["per_group_min"], 0.5)),
-                    textcoords="offset points", xytext=(4, 6), fontsize=8)
+        y = max(r["per_group_min"], floor_y)
+        ax.plot([r["tokens"]], [y], "o", color=_COLORS["KV cache"])
+        ax.annotate(f"{r['label']}: {r['per_group_min']:,}", (r["tokens"], y), textcoords="offset points",
+                    xytext=(5, 5), fontsize=8)
     if cap.get("max_model_len"):
         ax.axvline(cap["max_model_len"], color="#C44E52", linestyle="--", linewidth=1, label="max-model-len")
-    ax.axhline(1, color="#888888", linestyle=":", linewidth=1)
+    ax.axhline(1, color="#888888", linestyle=":", linewidth=1, label="1 request")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
+    ticks = []
+    t = lo
+    while t <= hi:
+        ticks.append(t)
+        t *= 4
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([_tokens_label(t) for t in ticks])
     ax.set_xlabel("request length (tokens)")
     ax.set_ylabel("requests that fit at once")
-    ax.set_title("KV capacity vs request length")
+    ax.set_title("KV capacity vs request length (points: whole requests per DP group)")
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8, frameon=False)
+    ax.legend(fontsize=8, frameon=False, loc="upper right")
     return _png_data_uri(fig, Canvas)
 
 
@@ -661,21 +689,51 @@ def _html_chart(pics: dict | None, name: str, alt: str) -> str:
     return f'<img class="chart" alt="{_e(alt)}" src="{_e(uri)}">'
 
 
-# --- the command ----------------------------------------------------------------------------------
+# --- the command ---------------------------------------------------------------------------------
+#
+# kvlogdiag.cli imports this module (to register ``report``) at the end of its own import, and this
+# module needs cli's shared options. So nothing here imports cli at module level: the command is
+# built once, by `_command()`, and a module ``__getattr__`` (PEP 562) hands it to cli even while this
+# module is still loading — whichever of the two is imported first.
+
+_COMMAND: click.Command | None = None
 
 
-@click.command("report")
-@click.argument("source", required=False, metavar="[FILE|-]")
-@click.option("--clipboard", is_flag=True, help="Read the log from the clipboard (needs the optional pyperclip package).")
-@click.option("--format", "fmt", type=click.Choice(["markdown", "html"]), default="markdown", show_default=True,
-              help="markdown: paste into a GitHub issue; html: one self-contained page with charts.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write the report here [default: stdout].")
-@click.option("--redact/--no-redact", default=True, show_default=True,
-              help="Mask host names, IPs, home-directory user names, API keys, HF tokens and e-mails.")
-@click.option("--max-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_BYTES, show_default=True,
-              help="Stop reading after this many (decompressed) bytes.")
-@rule_options
-def report(source: str | None, clipboard: bool, fmt: str, output: str | None, redact: bool, max_bytes: int, **kw: Any) -> None:
+def _command() -> click.Command:
+    global _COMMAND
+    if _COMMAND is None:
+        from kvlogdiag.cli import rule_options  # may import cli, which asks for `report` (re-entering here)
+
+        if _COMMAND is None:
+            _COMMAND = _decorate(rule_options)
+    return _COMMAND
+
+
+def __getattr__(name: str) -> Any:
+    if name == "report":
+        return _command()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _decorate(rule_options) -> click.Command:
+    f = rule_options(_report)
+    for d in reversed([
+        click.command("report"),
+        click.argument("source", required=False, metavar="[FILE|-]"),
+        click.option("--clipboard", is_flag=True, help="Read the log from the clipboard (needs the optional pyperclip package)."),
+        click.option("--format", "fmt", type=click.Choice(["markdown", "html"]), default="markdown", show_default=True,
+                     help="markdown: paste into a GitHub issue; html: one self-contained page with charts."),
+        click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write the report here [default: stdout]."),
+        click.option("--redact/--no-redact", default=True, show_default=True,
+                     help="Mask host names, IPs, home-directory user names, API keys, HF tokens and e-mails."),
+        click.option("--max-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_BYTES, show_default=True,
+                     help="Stop reading after this many (decompressed) bytes."),
+    ]):
+        f = d(f)
+    return f
+
+
+def _report(source: str | None, clipboard: bool, fmt: str, output: str | None, redact: bool, max_bytes: int, **kw: Any) -> None:
     """Turn one log (FILE, - or a paste on stdin, or --clipboard) into a report for an issue.
 
     \b
@@ -683,6 +741,8 @@ def report(source: str | None, clipboard: bool, fmt: str, output: str | None, re
     kvlogdiag report                      paste, then Ctrl-D
     kvlogdiag report --clipboard --format html -o report.html
     """
+    from kvlogdiag.cli import ExitCode, build_analyzer, err, fail_exit, report_rule_errors
+
     if clipboard and source is not None:
         err("give a FILE or --clipboard, not both")
         sys.exit(ExitCode.ERROR)
@@ -726,9 +786,12 @@ def report(source: str | None, clipboard: bool, fmt: str, output: str | None, re
         except OSError as exc:
             err(f"{output}: cannot write ({exc.strerror or exc})")
             sys.exit(ExitCode.ERROR)
-        click.echo(f"kvlogdiag: wrote {os.path.abspath(output) if not redact else output}", err=True)
+        click.echo(f"kvlogdiag: wrote {output}", err=True)
     else:
         click.echo(text, nl=False)
     if fatal:
         sys.exit(ExitCode.ERROR)
     sys.exit(fail_exit([analysis], opts.fail_on))
+
+
+report = _command()

@@ -58,6 +58,9 @@ _RUNTIME_KINDS = {
     "kv_usage_high": "kv-usage-high",
     "single_running": "single-running-with-queue",
 }
+# the rule (by name) that decides whether a runtime kind is a problem; watch only decides when to repeat it
+_RUNTIME_RULE = {"preemption": "preemptions", "kv-usage-high": "kv-usage-high",
+                 "single-running-with-queue": "single-running-with-queue"}
 _RUNTIME_FIX = {
     "preemption": "Give the KV cache more room (lower --max-num-seqs or --max-model-len, raise "
                   "--gpu-memory-utilization carefully, add TP/replicas) or reduce the load; check bytes per token.",
@@ -115,6 +118,7 @@ class Emitter:
     def json(self, obj: dict) -> None:
         from kvlogdiag.render import _clean
 
+        obj = dict(obj, debug_t=time.monotonic()) if os.environ.get("KVLOGDIAG_DEBUG_T") else obj
         self._write(json.dumps(_clean(obj), ensure_ascii=False, allow_nan=False) + "\n")
 
     def text(self, parts: list[tuple[str, str | None]]) -> None:
@@ -141,17 +145,20 @@ _SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
 
 class _Rate:
-    """One runtime finding kind: when it was last reported and what happened since."""
+    """One runtime finding kind: its rule, when it was last reported and what happened since."""
 
-    __slots__ = ("last_report", "pending", "amount", "peak", "fact", "total")
+    __slots__ = ("rule", "suppressed", "last_report", "pending", "amount", "peak", "fact", "total", "total_amount")
 
-    def __init__(self) -> None:
+    def __init__(self, rule, suppressed: bool) -> None:
+        self.rule = rule  # the loaded Rule that decides it, or None (watch's own report)
+        self.suppressed = suppressed  # the rule exists but --select/--ignore left it out
         self.last_report: float | None = None
         self.pending = 0  # occurrences not reported yet
         self.amount = 0  # preemptions counted in those occurrences
         self.peak: float | None = None  # highest KV usage among them
         self.fact = None  # the latest one (its line is cited)
         self.total = 0
+        self.total_amount = 0
 
 
 # --- input sources ----------------------------------------------------------------------------
@@ -272,9 +279,11 @@ class Watcher:
         self.printed: set[tuple[str, Any]] = set()
         self.figures_key: tuple | None = None
         self.summary_due: list[tuple[str, Any]] = []
+        self.started_runs: set[int] = set()
         self.rule_error_seen: set[str] = set()
         self.analysis: dict | None = None
         self.runtime: dict[str, _Rate] = {}
+        self._all_rule_names: set[str] | None = None
         self.runtime_findings: list[dict] = []  # severities of runtime findings reported (exit code)
         self.fatal = False
 
@@ -368,7 +377,10 @@ class Watcher:
                 if len(part) > MAX_LINE_BYTES:
                     part = part[:MAX_LINE_BYTES]
                     self.long_lines += 1
+                self.number = number
                 feed(make_line(number, part))
+                if self.summary_due:
+                    self._summaries_due()
             self.number = number
             return
         search = self.pf.search
@@ -389,6 +401,8 @@ class Watcher:
                 self.long_lines += 1
             self.number = number + 1  # the line being fed (events read it)
             feed(make_line(number + 1, part))
+            if self.summary_due:
+                self._summaries_due()
             pos = end
         number += count(b"\n", pos)
         if not chunk.endswith(b"\n"):
@@ -414,8 +428,18 @@ class Watcher:
         rk = _RUNTIME_KINDS.get(kind)
         if rk is not None:
             self._runtime(rk, kind, fact)
-        elif kind == "startup_complete":
+        elif kind == "startup_complete" and fact.run not in self.started_runs:
+            # vLLM prints three start-up markers (API server, Uvicorn, Application startup
+            # complete): one summary per server start
+            self.started_runs.add(fact.run)
             self.summary_due.append(("startup_complete", fact.line))
+
+    def _summaries_due(self) -> None:
+        """Between two lines: evaluate now and print the start-up summary (the facts are complete up to here)."""
+        self.evaluate(final=False)
+        for reason, line in self.summary_due:
+            self.summary(reason, line)
+        self.summary_due.clear()
 
     def _signature(self) -> tuple:
         f = self.ex.facts
@@ -435,10 +459,7 @@ class Watcher:
             if self.dirty_since is None:
                 self.dirty_since = now
         if self.summary_due:
-            self.evaluate(final=False)
-            for reason, line in self.summary_due:
-                self.summary(reason, line)
-            self.summary_due.clear()
+            self._summaries_due()
 
     def next_deadline(self) -> float | None:
         """When `tick` has something to do (monotonic time), or None."""
@@ -479,6 +500,7 @@ class Watcher:
         self.eval_cost = time.perf_counter() - t0
         self.dirty_since = None
         self.analysis = a
+        now = self.clock()
         for e in self.analyzer.rule_errors:
             if e.message not in self.rule_error_seen:
                 self.rule_error_seen.add(e.message)
@@ -496,6 +518,8 @@ class Watcher:
                 continue
             self.printed.add(key)
             self._finding(f, kind="rule")
+        if self.runtime:
+            self._rule_reported(a, now)
         return a
 
     def _figures(self, a: dict) -> None:
@@ -566,40 +590,82 @@ class Watcher:
 
     # -- runtime findings ------------------------------------------------------------------------
 
+    def _rule_for(self, name: str) -> tuple[Any, bool]:
+        """(selected rule deciding this runtime kind or None, True when such a rule exists but was deselected)."""
+        wanted = _RUNTIME_RULE.get(name)
+        for rule in self.analyzer.rules.rules:
+            if rule.name == wanted:
+                return rule, False
+        if self._all_rule_names is None:
+            from kvlogdiag.rule_engine import RuleLoadError, load_rules
+
+            try:
+                self._all_rule_names = {r.name for r in load_rules(self.opts.rule_dirs).rules}
+            except RuleLoadError:
+                self._all_rule_names = set()
+        return None, wanted in self._all_rule_names
+
     def _runtime(self, name: str, kind: str, fact) -> None:
         r = self.runtime.get(name)
         if r is None:
-            r = self.runtime[name] = _Rate()
+            rule, suppressed = self._rule_for(name)
+            r = self.runtime[name] = _Rate(rule, suppressed)
+        if r.suppressed:
+            return
         r.pending += 1
         r.total += 1
         if kind == "stats_preemptions":
-            r.amount += int(fact.value or 0)
+            n = int(fact.value or 0)
         elif kind in ("preemption_warning", "recompute_preempted"):
-            r.amount += 1
-        elif kind == "kv_usage_high":
+            n = 1
+        else:
+            n = 0
+        r.amount += n
+        r.total_amount += n
+        if kind == "kv_usage_high":
             u = float(fact.value)
             r.peak = u if r.peak is None else max(r.peak, u)
         r.fact = fact
-        now = self.clock()
-        if r.last_report is None or now >= r.last_report + self.repeat_after:
-            self._report_runtime(name, r, now)
+        if r.rule is None and r.last_report is None:
+            self._report_runtime(name, r, self.clock())  # no rule decides it: report the first one at once
+        # with a rule: the evaluation that follows (debounced) prints the rule's finding as the first report
+
+    def _rule_reported(self, a: dict, now: float) -> None:
+        """After an evaluation: a runtime rule that fired for the first time counts as its first report."""
+        fired = {f["rule"] for f in a["findings"]}
+        for r in self.runtime.values():
+            if r.rule is not None and r.last_report is None and r.rule.code in fired:
+                r.last_report = now
+                r.pending = r.amount = 0
+                r.peak = None
 
     def _report_runtime(self, name: str, r: _Rate, now: float) -> None:
         since = None if r.last_report is None else now - r.last_report
         count = r.pending
         fact = r.fact
         if name == "preemption":
-            msg = f"vLLM preempted requests: {r.amount:,} preemption{'s' if r.amount != 1 else ''}"
-            msg += " (the KV cache ran out of blocks; preempted requests are recomputed or swapped)"
+            what = f"{r.amount:,} preemption{'s' if r.amount != 1 else ''}"
+            if since is None:
+                msg = f"vLLM preempted requests: {what} (the KV cache ran out of blocks; preempted requests are recomputed or swapped)"
+            else:
+                msg = f"{what} more ({count:,} line{'s' if count != 1 else ''}) since the last report {since:,.0f} s ago; {r.total_amount:,} in total"
         elif name == "kv-usage-high":
-            msg = f"KV cache usage reached {r.peak:.1f} % (≥ {KV_HIGH_PCT:g} %): preemptions follow when it fills"
+            if since is None:
+                msg = f"KV cache usage reached {r.peak:.1f} % (≥ {KV_HIGH_PCT:g} %): preemptions follow when it fills"
+            else:
+                msg = (f"KV cache usage ≥ {KV_HIGH_PCT:g} % in {count:,} more stats line{'s' if count != 1 else ''} since the last report {since:,.0f} s ago "
+                       f"(peak {r.peak:.1f} %); {r.total:,} in total")
         else:
-            msg = "Running: 1 request while others wait: the KV cache admits only one request at a time"
-        if since is not None:
-            msg += f" — {count:,} occurrence{'s' if count != 1 else ''} in the last {since:,.0f} s"
-        elif count > 1:
-            msg += f" — {count:,} occurrences"
-        f = {"rule": None, "name": name, "severity": "warning", "message": msg, "fix": _RUNTIME_FIX[name],
+            if since is None:
+                msg = "Running: 1 request while others wait: the KV cache admits only one request at a time"
+            else:
+                msg = (f"Running: 1 request with a queue in {count:,} more stats line{'s' if count != 1 else ''} since the last report "
+                       f"{since:,.0f} s ago; {r.total:,} in total")
+        severity = "warning"
+        if r.rule is not None and self.analysis is not None:
+            severity = next((f["severity"] for f in self.analysis["findings"] if f["rule"] == r.rule.code), r.rule.max_severity())
+        f = {"rule": r.rule.code if r.rule is not None else None, "name": r.rule.name if r.rule is not None else name,
+             "severity": severity, "message": msg, "fix": None if since is not None else _RUNTIME_FIX[name],
              "line": fact.line if fact is not None else None, "rank": fact.rank if fact is not None else None,
              "evidence": fact.raw if fact is not None else None}
         r.last_report = now
@@ -609,9 +675,10 @@ class Watcher:
         self._finding(f, kind="runtime", count=count, since=since)
 
     def flush_runtime(self) -> None:
+        """Before a summary: report what the rate limit held back (runtime kinds already reported once)."""
         now = self.clock()
         for name, r in self.runtime.items():
-            if r.pending:
+            if r.pending and r.last_report is not None:
                 self._report_runtime(name, r, now)
 
     # -- summary and exit ------------------------------------------------------------------------
@@ -685,14 +752,14 @@ class Watcher:
         """Final evaluation, pending runtime counts, the summary; returns the exit code."""
         from kvlogdiag.cli import ExitCode, fail_exit
 
-        self.flush_runtime()
         a = self.evaluate(final=True)
+        self.flush_runtime()
         if signal_code is not None:
             code = signal_code
         elif self.fatal:
             code = int(ExitCode.ERROR)
         else:
-            code = int(fail_exit([a, {"findings": self.runtime_findings}], self.opts.fail_on))
+            code = int(fail_exit([a], self.opts.fail_on))
         self.summary(reason, exit_code=code)
         return code
 

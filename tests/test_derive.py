@@ -81,20 +81,30 @@ INFO 08-07 11:12:31 [kv_cache_utils.py:837] Maximum concurrency for 131,072 toke
 
 
 def test_four_workers_pair_smallest_with_smallest(analyze_text):
-    """Shape of real_logs/v02.log (0.10.0, TP=4): four Available lines, four token lines."""
+    """Shape of real_logs/v02.log (0.10.0, TP=4): four Available lines, four token lines.
+
+    Smallest memory with smallest count gives (52.11, 853808) twice, (52.21, 855344),
+    (52.58, 861488); here that is also the worker-rank order (rank 0 = 52.21 ↔ first line 855,344).
+    """
     a = analyze_text(V02_KV_LINES)
     kv = a["kv_cache"]
     assert kv["available_gib"] == [52.21, 52.58, 52.11, 52.11]
     assert kv["tokens"] == [855344, 853808, 853808, 861488]
-    assert pairs(a) == [(52.11, 853808), (52.11, 853808), (52.21, 855344), (52.58, 861488)]
-    by_rank = kv["bytes_per_token_by_rank"]
-    assert [r["bytes_per_token"] for r in by_rank] == [
-        approx(65533.1016442104080), approx(65533.1016442104080),
-        approx(65540.9526822424662), approx(65534.6854580911168)]
-    assert by_rank[2]["rank"] == "VllmWorker rank=0" and by_rank[3]["rank"] == "VllmWorker rank=3"
-    assert {by_rank[0]["rank"], by_rank[1]["rank"]} == {"VllmWorker rank=1", "VllmWorker rank=2"}
-    lines = [r["tokens_line"] for r in by_rank]
-    assert sorted(lines[:2]) == [7, 9] and lines[2:] == [5, 11]  # 853,808 twice, then 855,344, 861,488
+    assert sorted(pairs(a)) == [(52.11, 853808), (52.11, 853808), (52.21, 855344), (52.58, 861488)]
+    by_rank = {r["rank"]: r for r in kv["bytes_per_token_by_rank"]}
+    assert set(by_rank) == {"VllmWorker rank=0", "VllmWorker rank=1", "VllmWorker rank=2", "VllmWorker rank=3"}
+    expected = {  # rank: (GiB, tokens, GiB * 2**30 / tokens)
+        "VllmWorker rank=0": (52.21, 855344, 65540.9526822424662),
+        "VllmWorker rank=1": (52.11, 853808, 65533.1016442104080),
+        "VllmWorker rank=2": (52.11, 853808, 65533.1016442104080),
+        "VllmWorker rank=3": (52.58, 861488, 65534.6854580911168),
+    }
+    for rank, (gib, tokens, bpt) in expected.items():
+        r = by_rank[rank]
+        assert (r["available_gib"], r["tokens"]) == (gib, tokens), rank
+        assert r["bytes_per_token"] == approx(bpt), rank
+    assert sorted(r["tokens_line"] for r in by_rank.values()) == [5, 7, 9, 11]
+    assert by_rank["VllmWorker rank=0"]["tokens_line"] == 5 and by_rank["VllmWorker rank=3"]["tokens_line"] == 11
     # all four agree within 1 %: the figure is their median
     assert kv["ranks_disagree"] is False
     assert kv["bytes_per_token"] == approx(65533.8935511507624)

@@ -1,0 +1,809 @@
+"""``kvlogdiag scan PATH...``: an archive of logs → one row per input file.
+
+* Paths are files, directories (walked recursively, symlinks followed, loops cut by a visited set
+  of (st_dev, st_ino)) or glob patterns. Files found *inside directories* are kept when their name
+  matches an ``--include`` glob (default `DEFAULT_INCLUDE`) and no ``--exclude`` glob; files named
+  on the command line (or matched by a glob argument) are always kept unless excluded.
+* Every file found becomes exactly one row. A file that cannot be read (permission, corrupt or
+  truncated compression, over ``--max-bytes``, not a regular file, broken symlink) is a row with
+  ``error`` set; the scan goes on.
+* Files are analysed in parallel (``-j``, processes, chunks of files per task); each worker builds
+  one `Analyzer` — the same analysis path as ``kvlogdiag analyze``.
+* ``--state FILE`` remembers each file's size, mtime_ns, a hash of its first 64 KiB and its row, so
+  a re-scan only reads new or changed files; it is written atomically (temp file + os.replace).
+
+pandas (and pyarrow for Parquet) are imported inside the command only, so other commands start fast.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Iterable
+
+import click
+
+from kvlogdiag.reader import DEFAULT_MAX_BYTES
+
+DEFAULT_INCLUDE = ("*.log*", "*.out*", "*.txt*", "*.gz", "*.zst", "*.xz", "*.bz2")
+HEAD_BYTES = 64 << 10
+STATE_FORMAT = "kvlogdiag-scan-state"
+STATE_VERSION = 1
+ROW_SCHEMA = 1  # bump when the row columns change: old state rows are then re-computed
+CHECKPOINT_S = 10.0  # --state: write progress this often during a long scan
+
+COLUMNS = (
+    "source", "host", "pod", "runs", "lines_read", "vllm_version", "engine", "platform", "model",
+    "tp", "pp", "dp", "max_model_len", "block_size", "gpu_memory_utilization", "kv_cache_dtype",
+    "available_gib_min", "tokens_min", "bytes_per_token", "max_concurrency_min", "error_kinds",
+    "n_error", "n_warning", "n_info", "findings", "error",
+)
+INT_COLUMNS = ("runs", "lines_read", "tp", "pp", "dp", "max_model_len", "block_size", "tokens_min",
+               "n_error", "n_warning", "n_info")
+FLOAT_COLUMNS = ("gpu_memory_utilization", "available_gib_min", "bytes_per_token", "max_concurrency_min")
+OUTPUT_FORMATS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".json": "json", ".jsonl": "jsonl",
+                  ".ndjson": "jsonl", ".md": "markdown", ".markdown": "markdown"}
+
+
+# --- discovery --------------------------------------------------------------------------------
+
+
+class Entry:
+    """One input found: where it is, its identity and stat data, or why it cannot be used."""
+
+    __slots__ = ("source", "abspath", "size", "mtime_ns", "ident", "error", "head")
+
+    def __init__(self, source: str, abspath: str, size: int | None = None, mtime_ns: int | None = None,
+                 ident: tuple[int, int] | None = None, error: str | None = None):
+        self.source, self.abspath, self.size, self.mtime_ns = source, abspath, size, mtime_ns
+        self.ident, self.error, self.head = ident, error, None
+
+
+def _stat_error(path: str, exc: OSError) -> str:
+    import errno as _errno
+
+    if exc.errno == _errno.ELOOP:
+        return "symlink loop"
+    if isinstance(exc, FileNotFoundError):
+        return "broken symlink" if os.path.islink(path) else "no such file"
+    if isinstance(exc, PermissionError):
+        return "permission denied"
+    return f"cannot stat ({exc.strerror or exc})"
+
+
+def _kind_name(mode: int) -> str:
+    import stat
+
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _matches(name: str, rel: str, patterns: Iterable[str]) -> bool:
+    from fnmatch import fnmatch
+
+    return any(fnmatch(name, p) or fnmatch(rel, p) for p in patterns)
+
+
+class Finder:
+    """Expand path arguments into entries (one per distinct file)."""
+
+    def __init__(self, include: tuple[str, ...], exclude: tuple[str, ...]):
+        self.include = include or DEFAULT_INCLUDE
+        self.exclude = exclude
+        self.entries: list[Entry] = []
+        self.missing: list[str] = []
+        self._files: set[tuple[int, int]] = set()
+        self._dirs: set[tuple[int, int]] = set()
+
+    def add_argument(self, arg: str) -> None:
+        if os.path.isdir(arg):
+            self._walk(arg)
+        elif os.path.lexists(arg):
+            self._file(arg, arg, explicit=True)
+        elif any(ch in arg for ch in "*?["):
+            import glob
+
+            matches = sorted(glob.glob(arg, recursive=True))
+            if not matches:
+                self.missing.append(arg)
+            for m in matches:
+                if os.path.isdir(m):
+                    self._walk(m)
+                else:
+                    self._file(m, m, explicit=True)
+        else:
+            self.missing.append(arg)
+
+    def _file(self, path: str, rel: str, explicit: bool) -> None:
+        name = os.path.basename(path)
+        if self.exclude and _matches(name, rel, self.exclude):
+            return
+        if not explicit and not _matches(name, rel, self.include):
+            return
+        abspath = os.path.abspath(path)
+        try:
+            st = os.stat(path)
+        except OSError as exc:
+            self.entries.append(Entry(path, abspath, error=_stat_error(path, exc)))
+            return
+        import stat
+
+        if not stat.S_ISREG(st.st_mode):
+            if stat.S_ISDIR(st.st_mode):
+                return  # reached through a symlink and walked elsewhere, or not an input
+            self.entries.append(Entry(path, abspath, error=f"{_kind_name(st.st_mode)}, not a regular file"))
+            return
+        ident = (st.st_dev, st.st_ino)
+        if ident in self._files:
+            return  # the same file again (symlink or hard link): one row
+        self._files.add(ident)
+        self.entries.append(Entry(path, abspath, st.st_size, st.st_mtime_ns, ident))
+
+    def _walk(self, top: str) -> None:
+        try:
+            st = os.stat(top)
+            self._dirs.add((st.st_dev, st.st_ino))
+        except OSError:
+            pass
+
+        def onerror(exc: OSError) -> None:
+            where = exc.filename or top
+            self.entries.append(Entry(where, os.path.abspath(where), error=f"cannot list directory: {_stat_error(where, exc)}"))
+
+        for dirpath, dirnames, filenames in os.walk(top, onerror=onerror, followlinks=True):
+            keep = []
+            for d in sorted(dirnames):
+                full = os.path.join(dirpath, d)
+                try:
+                    dst = os.stat(full)
+                except OSError as exc:
+                    # a symlink to nowhere or to itself: os.walk lists looping links as directories on some systems
+                    if not (self.exclude and _matches(d, os.path.relpath(full, top), self.exclude)) and _matches(d, os.path.relpath(full, top), self.include):
+                        self.entries.append(Entry(full, os.path.abspath(full), error=_stat_error(full, exc)))
+                    continue
+                key = (dst.st_dev, dst.st_ino)
+                if key in self._dirs:
+                    continue  # a symlink loop or a directory reached twice
+                self._dirs.add(key)
+                keep.append(d)
+            dirnames[:] = keep
+            for f in sorted(filenames):
+                full = os.path.join(dirpath, f)
+                self._file(full, os.path.relpath(full, top), explicit=False)
+
+
+def head_hash(path: str) -> str | None:
+    """sha256 of the first 64 KiB (raw bytes, compressed or not); None when the file cannot be read."""
+    import hashlib
+
+    try:
+        with open(path, "rb") as fh:
+            return hashlib.sha256(fh.read(HEAD_BYTES)).hexdigest()
+    except OSError:
+        return None
+
+
+# --- rows ------------------------------------------------------------------------------------
+
+_K8S_PODS = None
+_K8S_CONTAINERS = None
+
+
+def path_identity(path: str) -> tuple[str | None, str | None]:
+    """(host, pod) from well-known log paths: /var/log/pods/<ns>_<pod>_<uid>/…, /var/log/containers/<pod>_<ns>_<ctr>-<id>.log."""
+    import re
+
+    global _K8S_PODS, _K8S_CONTAINERS
+    if _K8S_PODS is None:
+        _K8S_PODS = re.compile(r"(?:^|/)pods/(?P<ns>[a-z0-9-]+)_(?P<pod>[a-z0-9][a-z0-9.-]*)_[0-9a-f-]{8,}/")
+        _K8S_CONTAINERS = re.compile(r"(?:^|/)containers/(?P<pod>[a-z0-9][a-z0-9.-]*)_(?P<ns>[a-z0-9-]+)_[\w.-]+-[0-9a-f]{64}\.log")
+    p = path.replace(os.sep, "/")
+    m = _K8S_PODS.search(p) or _K8S_CONTAINERS.search(p)
+    return None, (m.group("pod") if m else None)
+
+
+def envelope_host(path: str, max_bytes: int) -> str | None:
+    """The syslog/journald host of the first lines, if the log carries that envelope (cheap: 16 KiB)."""
+    from kvlogdiag.reader import make_line, open_input
+
+    try:
+        fh = open_input(path, max_bytes)
+    except Exception:  # noqa: BLE001 - best effort
+        return None
+    try:
+        head = fh.read(16 << 10)
+    except Exception:  # noqa: BLE001
+        return None
+    finally:
+        try:
+            fh.close()
+        except Exception:  # noqa: BLE001
+            pass
+    for i, raw in enumerate(head.split(b"\n")[:5]):
+        meta = make_line(i + 1, raw).meta
+        if meta and meta.get("host"):
+            return str(meta["host"])
+    return None
+
+
+def empty_row(source: str, error: str | None = None) -> dict[str, Any]:
+    row: dict[str, Any] = {c: None for c in COLUMNS}
+    row["source"] = source
+    row["error"] = error
+    host, pod = path_identity(source)
+    row["host"], row["pod"] = host, pod
+    return row
+
+
+def _finite(v: Any) -> float | None:
+    import math
+
+    if isinstance(v, bool) or v is None:
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def row_from_analysis(source: str, a: dict) -> dict[str, Any]:
+    """The flat row of one analysis (JSON-safe values only)."""
+    row = empty_row(source)
+    v, c, kv, e = a["vllm"], a["config"], a["kv_cache"], a["errors"]
+    mem = [x for x in kv["available_gib"] if x is not None] or [b["gib"] for b in kv["kv_budget"] if b.get("gib") is not None]
+    conc = [m["concurrency"] for m in kv["max_concurrency"] if m.get("concurrency") is not None]
+    kinds = [k for k, on in (("insufficient_kv", bool(e.get("insufficient_kv"))), ("no_available_memory", bool(e.get("no_available_memory"))),
+                             ("startup_failed", bool(e.get("startup_failed")))) if on]
+    fs = a.get("findings", [])
+    codes: list[str] = []
+    for f in fs:
+        if f["rule"] not in codes:
+            codes.append(f["rule"])
+    row.update({
+        "runs": a.get("runs", 1), "lines_read": a.get("lines_read"),
+        "vllm_version": v.get("version"), "engine": v.get("engine"), "platform": v.get("platform"),
+        "model": c.get("model"), "tp": c.get("tensor_parallel_size"), "pp": c.get("pipeline_parallel_size"),
+        "dp": c.get("data_parallel_size"), "max_model_len": c.get("max_model_len"), "block_size": c.get("block_size"),
+        "gpu_memory_utilization": _finite(c.get("gpu_memory_utilization")), "kv_cache_dtype": c.get("kv_cache_dtype"),
+        "available_gib_min": _finite(min(mem)) if mem else None,
+        "tokens_min": min(kv["tokens"]) if kv["tokens"] else None,
+        "bytes_per_token": _finite(kv.get("bytes_per_token")),
+        "max_concurrency_min": _finite(min(conc)) if conc else None,
+        "error_kinds": ",".join(kinds) or None,
+        "n_error": sum(1 for f in fs if f["severity"] == "error"),
+        "n_warning": sum(1 for f in fs if f["severity"] == "warning"),
+        "n_info": sum(1 for f in fs if f["severity"] == "info"),
+        "findings": ",".join(codes) or None,
+        "error": None,
+    })
+    return row
+
+
+# --- workers ---------------------------------------------------------------------------------
+
+_WORKER: dict[str, Any] = {}
+
+
+def _init_worker(options, max_bytes: int) -> None:
+    """Process pool initialiser: one Analyzer per process (rules loaded once)."""
+    import signal
+
+    from kvlogdiag.analysis import Analyzer
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
+    _WORKER["analyzer"] = Analyzer(options)
+    _WORKER["max_bytes"] = max_bytes
+
+
+def analyze_file(analyzer, source: str, path: str, max_bytes: int) -> dict[str, Any]:
+    """One file → one row; never raises for a bad input (the row's ``error`` says why)."""
+    from kvlogdiag.reader import InputError
+    from kvlogdiag.rule_engine import RuleLoadError
+
+    try:
+        a = analyzer.analyze_source(path, max_bytes)
+    except InputError as exc:
+        msg = str(exc)
+        if msg.startswith(path + ": "):
+            msg = msg[len(path) + 2:]
+        return empty_row(source, msg)
+    except RuleLoadError as exc:  # --strict-rules
+        return empty_row(source, f"rule error: {exc}")
+    except MemoryError:
+        return empty_row(source, "out of memory while reading")
+    except Exception as exc:  # noqa: BLE001 - one bad file must not stop an archive scan
+        return empty_row(source, f"internal error: {type(exc).__name__}: {exc}")
+    row = row_from_analysis(source, a)
+    if row["host"] is None:
+        row["host"] = envelope_host(path, max_bytes)
+    return row
+
+
+def _work(batch: list[tuple[str, str]]) -> tuple[list[dict], list[str]]:
+    analyzer = _WORKER["analyzer"]
+    rows = [analyze_file(analyzer, src, path, _WORKER["max_bytes"]) for src, path in batch]
+    errors = [e.message for e in analyzer.rule_errors]
+    del analyzer.rule_errors[:]
+    return rows, errors
+
+
+# --- state -----------------------------------------------------------------------------------
+
+
+def fingerprint(analyzer, max_bytes: int) -> str:
+    """What the rows depend on besides the file: kvlogdiag version, rules, options, --max-bytes."""
+    import dataclasses
+    import hashlib
+    import json
+
+    from kvlogdiag import __version__
+    from kvlogdiag.rule_engine import builtin_rule_files
+
+    h = hashlib.sha256()
+    h.update(f"{__version__}|{ROW_SCHEMA}|{max_bytes}|".encode())
+    opts = dataclasses.asdict(analyzer.options)
+    h.update(json.dumps(opts, sort_keys=True, default=str).encode())
+    for name, content in builtin_rule_files():
+        h.update(name.encode() + b"\0" + content + b"\0")
+    for rule in analyzer.rules.rules:
+        if not rule.builtin:
+            try:
+                with open(rule.path, "rb") as fh:
+                    h.update(rule.path.encode() + b"\0" + fh.read() + b"\0")
+            except OSError:
+                h.update(rule.path.encode())
+    h.update(",".join(r.code for r in analyzer.rules.rules).encode())
+    return h.hexdigest()
+
+
+class StateError(Exception):
+    pass
+
+
+def load_state(path: str) -> dict:
+    """The previous state, or an empty one; StateError when the file exists but is not a state file."""
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except FileNotFoundError:
+        return {"format": STATE_FORMAT, "version": STATE_VERSION, "fingerprint": None, "files": {}}
+    except (OSError, ValueError) as exc:
+        raise StateError(f"{path}: not a readable scan state ({exc})") from None
+    if not isinstance(data, dict) or data.get("format") != STATE_FORMAT or not isinstance(data.get("files"), dict):
+        raise StateError(f"{path}: not a kvlogdiag scan state file")
+    if data.get("version") != STATE_VERSION:
+        data = {"format": STATE_FORMAT, "version": STATE_VERSION, "fingerprint": None, "files": {}}
+    return data
+
+
+def write_atomic(path: str, text: str) -> None:
+    """Write a file so that a crash leaves either the old or the new content, never a mix."""
+    import tempfile
+
+    d = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".kvlogdiag-", suffix=".tmp", dir=d)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    try:
+        dfd = os.open(d, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError:
+        pass
+
+
+def save_state(path: str, fp: str, files: dict[str, dict]) -> None:
+    import json
+
+    doc = {"format": STATE_FORMAT, "version": STATE_VERSION, "fingerprint": fp, "files": files}
+    write_atomic(path, json.dumps(doc, ensure_ascii=False, allow_nan=False, sort_keys=True))
+
+
+# --- output ----------------------------------------------------------------------------------
+
+
+def to_frame(rows: list[dict]):
+    import pandas as pd
+
+    data: dict[str, Any] = {}
+    for c in COLUMNS:
+        vals = [r.get(c) for r in rows]
+        if c in INT_COLUMNS:
+            data[c] = pd.array([None if v is None or isinstance(v, bool) else int(v) for v in vals], dtype="Int64")
+        elif c in FLOAT_COLUMNS:
+            data[c] = pd.array([float("nan") if v is None else float(v) for v in vals], dtype="float64")
+        else:
+            data[c] = pd.array([None if v is None else str(v) for v in vals], dtype=object)
+    return pd.DataFrame(data, columns=list(COLUMNS))
+
+
+def _markdown(rows: list[dict]) -> str:
+    from tabulate import tabulate
+
+    from kvlogdiag.render import md_escape
+
+    def cell(v: Any) -> str:
+        if v is None:
+            return ""
+        if isinstance(v, float):
+            return f"{v:.6g}"
+        return md_escape(v)
+
+    body = tabulate([[cell(r.get(c)) for c in COLUMNS] for r in rows], headers=list(COLUMNS), tablefmt="github",
+                    disable_numparse=True)
+    return f"# kvlogdiag scan\n\n{len(rows)} files\n\n{body}\n"
+
+
+def write_output(path: str, fmt: str, rows: list[dict]) -> None:
+    import json
+
+    if fmt == "csv":
+        data = to_frame(rows).to_csv(index=False)
+        write_atomic(path, data)
+    elif fmt == "parquet":
+        import tempfile
+
+        d = os.path.dirname(os.path.abspath(path))
+        fd, tmp = tempfile.mkstemp(prefix=".kvlogdiag-", suffix=".parquet", dir=d)
+        os.close(fd)
+        try:
+            to_frame(rows).to_parquet(tmp, index=False)
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+    elif fmt == "json":
+        write_atomic(path, json.dumps([{c: r.get(c) for c in COLUMNS} for r in rows], indent=2, ensure_ascii=False, allow_nan=False) + "\n")
+    elif fmt == "jsonl":
+        write_atomic(path, "".join(json.dumps({c: r.get(c) for c in COLUMNS}, ensure_ascii=False, allow_nan=False) + "\n" for r in rows))
+    else:
+        write_atomic(path, _markdown(rows))
+
+
+def summary_tables(df, rules_by_code: dict, min_severity: str, elapsed: float, counts: dict) -> str:
+    """The terminal summary: runs by severity, top rules, bytes per token by model and version."""
+    from tabulate import tabulate
+
+    from kvlogdiag.render import SEVERITY_ORDER
+
+    out = [f"{len(df)} files ({counts['analysed']} read, {counts['cached']} unchanged from state"
+           + (f", {counts['dropped']} dropped from state" if counts.get("dropped") else "")
+           + f") in {elapsed:.1f} s"]
+
+    def worst(r) -> str:
+        if isinstance(r["error"], str):
+            return "unreadable"
+        for s in ("error", "warning", "info"):
+            if (r[f"n_{s}"] or 0) > 0:
+                return s
+        return "clean"
+
+    if len(df):
+        w = df.apply(worst, axis=1)
+        order = ["error", "warning", "info", "clean", "unreadable"]
+        rows = [[k, int((w == k).sum())] for k in order if int((w == k).sum())]
+        out += ["", "Runs by worst finding", tabulate(rows, headers=["severity", "files"], tablefmt="simple")]
+        limit = SEVERITY_ORDER.get(min_severity, 2)
+        counter: dict[str, int] = {}
+        for codes in df["findings"].dropna():
+            for code in dict.fromkeys(str(codes).split(",")):
+                counter[code] = counter.get(code, 0) + 1
+        top = []
+        for code, n in sorted(counter.items(), key=lambda kv: (-kv[1], kv[0])):
+            rule = rules_by_code.get(code)
+            sev = rule.max_severity() if rule is not None else "?"
+            if rule is not None and SEVERITY_ORDER.get(sev, 2) > limit:
+                continue
+            top.append([code, rule.name if rule is not None else "", sev, n])
+        if top:
+            out += ["", "Top rules", tabulate(top[:15], headers=["rule", "name", "max severity", "files"], tablefmt="simple")]
+        ok = df[df["bytes_per_token"].notna()]
+        if len(ok):
+            g = ok.assign(model=ok["model"].fillna("?"), vllm_version=ok["vllm_version"].fillna("?")) \
+                  .groupby(["model", "vllm_version"])["bytes_per_token"]
+            agg = g.agg(["count", "min", "median", "max"]).reset_index().sort_values(["model", "vllm_version"])
+            rows = [[r.model, r.vllm_version, int(r["count"]), f"{r['min']:,.0f}", f"{r['median']:,.0f}", f"{r['max']:,.0f}"]
+                    for _, r in agg.head(30).iterrows()]
+            out += ["", "bytes per token (per rank) by model and vLLM version",
+                    tabulate(rows, headers=["model", "vLLM", "files", "min", "median", "max"], tablefmt="simple",
+                             disable_numparse=True, colalign=("left", "left", "right", "right", "right", "right"))]
+        bad = df[df["error"].notna()]
+        if len(bad):
+            rows = [[r.source, r.error] for r in bad.head(10).itertuples()]
+            out += ["", f"Unreadable ({len(bad)})", tabulate(rows, headers=["file", "error"], tablefmt="simple",
+                                                              maxcolwidths=[60, 70])]
+            if len(bad) > 10:
+                out.append(f"... and {len(bad) - 10} more (see --output)")
+    return "\n".join(out) + "\n"
+
+
+# --- the command -----------------------------------------------------------------------------
+
+
+def _chunks(items: list, size: int) -> list[list]:
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+def _default_jobs() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+@click.command()
+@click.argument("paths", nargs=-1, required=True, metavar="PATH...")
+@click.option("--include", multiple=True, metavar="GLOB",
+              help="Scan files whose name (or path below the folder) matches; repeatable. "
+                   "[default: *.log* *.out* *.txt* *.gz *.zst *.xz *.bz2; '*' for all]")
+@click.option("--exclude", multiple=True, metavar="GLOB", help="Skip files whose name or relative path matches; repeatable.")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, help="Worker processes [default: the CPU count].")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Write the rows to FILE: .csv, .parquet, .json, .jsonl or .md by extension.")
+@click.option("--state", "state_path", type=click.Path(dir_okay=False), default=None,
+              help="Remember what was scanned in FILE: re-scans read only new or changed files.")
+@click.option("--max-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_BYTES, show_default=True,
+              help="Per file: stop after this many decompressed bytes (decompression bombs) → an error row.")
+@click.option("--progress/--no-progress", default=None, help="Progress bar [default: when stderr is a terminal].")
+def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, ...], jobs: int | None,
+         output: str | None, state_path: str | None, max_bytes: int, progress: bool | None, **kw: Any) -> None:
+    """Scan an archive of logs (folders, globs, compressed files): one row per file, summaries, --output.
+
+    \b
+    kvlogdiag scan /var/log/vllm/ -o runs.parquet
+    kvlogdiag scan 'archive/**/*.gz' --state ~/.cache/kvlogdiag-scan.json -j 8
+
+    Exit: 0, or 1 when a finding reaches --fail-on; 2 when a path argument does not exist or the
+    options are bad. Files that cannot be read are rows with 'error' set, not exit 2.
+    """
+    import time
+
+    from kvlogdiag.cli import ExitCode, build_analyzer, err, fail_exit
+
+    t0 = time.monotonic()
+    fmt = None
+    if output:
+        ext = os.path.splitext(output)[1].lower()
+        fmt = OUTPUT_FORMATS.get(ext)
+        if fmt is None:
+            err(f"--output {output}: unknown extension {ext or '(none)'}; use .csv, .parquet, .json, .jsonl or .md")
+            sys.exit(ExitCode.ERROR)
+        if fmt == "parquet":
+            try:
+                import pyarrow  # noqa: F401
+            except ImportError:
+                err("writing Parquet needs pyarrow: pip install 'kvlogdiag[parquet]' (or use .csv/.json)")
+                sys.exit(ExitCode.ERROR)
+    analyzer = build_analyzer(kw)
+    opts = analyzer.options
+
+    state: dict | None = None
+    fp = None
+    if state_path:
+        try:
+            state = load_state(state_path)
+        except StateError as exc:
+            err(str(exc))
+            sys.exit(ExitCode.ERROR)
+        fp = fingerprint(analyzer, max_bytes)
+
+    finder = Finder(include, exclude)
+    for p in paths:
+        finder.add_argument(p)
+    for m in finder.missing:
+        err(f"{m}: no such file or directory")
+    entries = finder.entries
+
+    # what must be read, what comes from the state
+    rows: dict[str, dict] = {}  # abspath → row
+    todo: list[Entry] = []
+    cached = 0
+    old_files = (state or {}).get("files", {})
+    same_fp = state is not None and state.get("fingerprint") == fp
+    for e in entries:
+        if e.error is not None:
+            rows[e.abspath] = empty_row(e.source, e.error)
+            continue
+        if state is not None:
+            e.head = head_hash(e.abspath)
+            prev = old_files.get(e.abspath)
+            if (same_fp and prev and e.head is not None and prev.get("size") == e.size and prev.get("mtime_ns") == e.mtime_ns
+                    and prev.get("head") == e.head and isinstance(prev.get("row"), dict)):
+                row = dict(prev["row"])
+                row["source"] = e.source
+                rows[e.abspath] = row
+                cached += 1
+                continue
+        todo.append(e)
+    by_path = {e.abspath: e for e in entries}
+
+    new_state_files: dict[str, dict] = {}
+    if state is not None and same_fp:
+        for path, rec in old_files.items():
+            if path in rows and path in by_path and by_path[path].error is None:
+                new_state_files[path] = rec  # unchanged
+
+    def remember(e: Entry, row: dict) -> None:
+        if state is not None and row.get("error") is None:
+            new_state_files[e.abspath] = {"size": e.size, "mtime_ns": e.mtime_ns, "head": e.head, "row": row}
+
+    def checkpoint() -> None:
+        """Progress so far, merged into the previous state (nothing dropped yet): a killed scan resumes."""
+        if state_path is None:
+            return
+        merged = dict(old_files) if same_fp else {}
+        merged.update(new_state_files)
+        save_state(state_path, fp, merged)
+
+    rule_errors: list[str] = []
+    show = progress if progress is not None else _stderr_tty()
+    njobs = jobs or _default_jobs()
+    interrupted = _run(todo, analyzer, max_bytes, njobs, show, rows, remember, rule_errors, checkpoint)
+
+    if interrupted:
+        checkpoint()
+        err("interrupted; state saved" if state_path else "interrupted")
+        sys.exit(ExitCode.INTERRUPTED)
+
+    for msg in dict.fromkeys(rule_errors):
+        click.echo(f"kvlogdiag: rule error: {msg}", err=True)
+
+    ordered = [rows[e.abspath] for e in sorted(entries, key=lambda e: e.source)]
+    dropped = 0
+    if state is not None:
+        dropped = sum(1 for p in old_files if p not in by_path)
+        if finder.missing:
+            err("a path argument does not exist: the state file is left unchanged")
+        else:
+            save_state(state_path, fp, new_state_files)
+
+    if output:
+        try:
+            write_output(output, fmt, ordered)
+        except OSError as exc:
+            err(f"{output}: cannot write ({exc.strerror or exc})")
+            sys.exit(ExitCode.ERROR)
+        except ImportError as exc:
+            err(f"{output}: {exc}")
+            sys.exit(ExitCode.ERROR)
+
+    df = to_frame(ordered)
+    counts = {"analysed": len(todo), "cached": cached, "dropped": dropped}
+    click.echo(summary_tables(df, analyzer.rules.by_code(), opts.min_severity, time.monotonic() - t0, counts), nl=False)
+    if state_path:
+        click.echo(f"kvlogdiag: state: {len(todo)} read, {cached} unchanged, {dropped} dropped", err=True)
+
+    if finder.missing:
+        sys.exit(ExitCode.ERROR)
+    if opts.strict_rules and rule_errors:
+        sys.exit(ExitCode.ERROR)
+    pseudo = [{"findings": [{"severity": s} for s in ("error", "warning", "info") for _ in range(r.get(f"n_{s}") or 0)]}
+              for r in ordered]
+    sys.exit(fail_exit(pseudo, opts.fail_on))
+
+
+def _stderr_tty() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _run(todo: list[Entry], analyzer, max_bytes: int, njobs: int, show: bool, rows: dict, remember, rule_errors: list,
+         checkpoint) -> bool:
+    """Analyse ``todo`` (in-process for -j1 or a handful of files, else a process pool). True when interrupted."""
+    import time
+
+    bar = None
+    task = None
+    last_cp = time.monotonic()
+
+    def done(batch_entries: list[Entry], batch_rows: list[dict]) -> None:
+        nonlocal last_cp
+        for e, row in zip(batch_entries, batch_rows):
+            rows[e.abspath] = row
+            remember(e, row)
+        if bar is not None:
+            bar.advance(task, len(batch_rows))
+        if time.monotonic() - last_cp >= CHECKPOINT_S:
+            checkpoint()
+            last_cp = time.monotonic()
+
+    def start_bar():
+        nonlocal bar, task
+        if show and todo:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            bar = Progress(TextColumn("scan"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                           transient=True, console=_console())
+            bar.start()
+            task = bar.add_task("scan", total=len(todo))
+
+    try:
+        if njobs <= 1 or len(todo) < 16:
+            start_bar()
+            for e in todo:
+                row = analyze_file(analyzer, e.source, e.abspath, max_bytes)
+                done([e], [row])
+            rule_errors.extend(x.message for x in analyzer.rule_errors)
+            return False
+        return _run_pool(todo, analyzer, max_bytes, njobs, rule_errors, done, start_bar)
+    except KeyboardInterrupt:
+        return True
+    finally:
+        if bar is not None:
+            bar.stop()
+
+
+def _run_pool(todo, analyzer, max_bytes, njobs, rule_errors, done, start_bar) -> bool:
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    size = max(1, min(64, len(todo) // (njobs * 8) or 1))
+    # biggest files first, so one large log does not finish last on its own
+    order = sorted(todo, key=lambda e: -(e.size or 0))
+    batches = _chunks(order, size)
+    try:
+        ctx = multiprocessing.get_context("fork")  # no threads exist yet: the progress bar starts after
+    except ValueError:  # pragma: no cover - platforms without fork
+        ctx = multiprocessing.get_context()
+    pool = ProcessPoolExecutor(max_workers=min(njobs, len(batches)), mp_context=ctx,
+                               initializer=_init_worker, initargs=(analyzer.options, max_bytes))
+    try:
+        futures = {pool.submit(_work, [(e.source, e.abspath) for e in b]): b for b in batches}
+        start_bar()
+        pending = set(futures)
+        while pending:
+            finished, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                b = futures.pop(fut)
+                try:
+                    batch_rows, errs = fut.result()
+                except Exception as exc:  # noqa: BLE001 - a worker died: those files become error rows
+                    batch_rows = [empty_row(e.source, f"internal error: worker failed ({type(exc).__name__}: {exc})") for e in b]
+                    errs = []
+                rule_errors.extend(errs)
+                done(b, batch_rows)
+    except KeyboardInterrupt:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+    return False
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def _attach_rule_options(cmd: click.Command) -> None:
+    """The shared rule options of kvlogdiag.cli (imported here, after `scan` exists, so either module may load first)."""
+    from kvlogdiag.cli import rule_options
+
+    holder = rule_options(lambda: None)
+    cmd.params.extend(reversed(holder.__click_params__))  # type: ignore[attr-defined]
+
+
+_attach_rule_options(scan)
