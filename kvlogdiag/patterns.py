@@ -301,7 +301,7 @@ pat("recompute_offload_connector", "vLLM-Ascend >=v0.23", "RecomputeCPUOffloadCo
     [("INFO 08-20 10:11:00 [recompute_cpu_offload_connector.py:80] RecomputeCPUOffloadConnector: role=KVConnectorRole.WORKER, per_rank=0.50 GB, world_size=16, offload_prefix_caching=False",
       {"role": "KVConnectorRole.WORKER", "per_rank_gb": "0.50", "world_size": "16", "prefix": "False"})])
 pat("recompute_runtime", "vLLM-Ascend", "[RecomputeScheduler]",
-    r"\[RecomputeScheduler\] (?P<what>Preempted request|Recompute preemption offload enabled for request|Recompute triggered for request) (?P<request>\S+?)[.,]?(?: running_count=(?P<running>\d+), token_budget=(?P<budget>-?\d+))?",
+    r"\[RecomputeScheduler\] (?P<what>Preempted request|Recompute preemption offload enabled for request|Recompute triggered for request) (?P<request>\S+?)[.,]?(?=\s|$)(?: running_count=(?P<running>\d+), token_budget=(?P<budget>-?\d+))?",
     [("INFO 08-20 11:00:00 [recompute_scheduler.py:400] [RecomputeScheduler] Preempted request cmpl-42-0. running_count=63, token_budget=120",
       {"what": "Preempted request", "request": "cmpl-42-0", "running": "63", "budget": "120"})])
 

