@@ -7,6 +7,7 @@ reader unless a loaded user rule matches raw lines (``any_line``/``count``), whi
 
 from __future__ import annotations
 
+import time
 from typing import Any, BinaryIO, Callable
 
 from kvlogdiag.condition import EvaluationError, regex_search
@@ -31,22 +32,33 @@ def prefilter():
     return _PREFILTER
 
 
+LINE_REGEX_TIMEOUT_S = 0.25  # one line
+LINE_REGEX_BUDGET_S = 2.0  # one pattern over a whole input: a slow-but-not-timing-out regex can't cost hours
+
+
 class LineMatcher:
-    """Counts matches of user-rule line regexes (with the regex module's timeout)."""
+    """Counts matches of user-rule line regexes, with a per-line timeout and a per-input time budget."""
 
     def __init__(self, patterns: tuple[str, ...], errors: list[RuleError]):
         self.patterns = list(patterns)
         self.hits: dict[str, tuple[int, Any]] = {}
         self.errors = errors
+        self.spent: dict[str, float] = {p: 0.0 for p in self.patterns}
 
     def __call__(self, line: Line, fact_of) -> None:
         for p in list(self.patterns):
+            t0 = time.perf_counter()
             try:
-                m = regex_search(p, line.text)
+                m = regex_search(p, line.text, LINE_REGEX_TIMEOUT_S)
             except EvaluationError as exc:
                 self.errors.append(RuleError("-", f"line regex {p!r} stopped at line {line.number}: {exc}"))
                 self.patterns.remove(p)
                 continue
+            self.spent[p] += time.perf_counter() - t0
+            if self.spent[p] > LINE_REGEX_BUDGET_S:
+                self.errors.append(RuleError("-", f"line regex {p!r} used its time budget ({LINE_REGEX_BUDGET_S:g} s) "
+                                                  f"at line {line.number}; its counts cover lines before that"))
+                self.patterns.remove(p)
             if m is not None:
                 n, first = self.hits.get(p, (0, None))
                 self.hits[p] = (n + 1, first or fact_of(line))

@@ -60,17 +60,46 @@ def _read(path: Path) -> dict:
     try:
         text = path.read_text(encoding="utf-8")
         return tomllib.loads(text)
+    except RecursionError:
+        raise ConfigError(f"{path}: invalid TOML: nested too deeply") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}:{toml_error_line(exc, text)}: invalid TOML: {exc}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read: {exc}") from None
 
 
+def _key_line(path: Path, key: str) -> str:
+    """``path:line`` of the first line that sets ``key`` (or opens its table), else just ``path``."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return str(path)
+    pat = re.compile(rf"""^\s*(?:["']?{re.escape(key)}["']?\s*=|\[+\s*(?:tool\.kvlogdiag\.)?["']?{re.escape(key)}\b)""")
+    for n, line in enumerate(text.splitlines(), 1):
+        if pat.match(line):
+            return f"{path}:{n}"
+    return str(path)
+
+
 def options_from_file(path: Path, data: dict) -> dict[str, Any]:
     """Validate a config table and turn it into `Options` keyword arguments."""
+    try:
+        return _options_from_file(path, data)
+    except _KeyError as exc:
+        raise ConfigError(f"{_key_line(path, exc.key)}: {exc.message}") from None
+
+
+class _KeyError(Exception):
+    def __init__(self, key: str, message: str):
+        super().__init__(message)
+        self.key, self.message = key, message
+
+
+def _options_from_file(path: Path, data: dict) -> dict[str, Any]:
     unknown = set(data) - _KEYS
     if unknown:
-        raise ConfigError(f"{path}: unknown key(s): {', '.join(sorted(unknown))} (known: {', '.join(sorted(_KEYS))})")
+        first = sorted(unknown)[0]
+        raise _KeyError(first, f"unknown key(s): {', '.join(sorted(unknown))} (known: {', '.join(sorted(_KEYS))})")
     out: dict[str, Any] = {}
 
     def lst(key: str) -> list[str]:
@@ -78,7 +107,7 @@ def options_from_file(path: Path, data: dict) -> dict[str, Any]:
         if isinstance(v, str):
             v = [x.strip() for x in v.split(",") if x.strip()]
         if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
-            raise ConfigError(f"{path}: '{key}' must be a list of strings")
+            raise _KeyError(key, f"'{key}' must be a list of strings")
         return v
 
     if "select" in data:
@@ -88,23 +117,23 @@ def options_from_file(path: Path, data: dict) -> dict[str, Any]:
     for key, attr, allowed in (("fail-on", "fail_on", LEVELS), ("min-severity", "min_severity", LEVELS[:3]), ("role", "role", ROLES)):
         if key in data:
             if data[key] not in allowed:
-                raise ConfigError(f"{path}: '{key}' must be one of {', '.join(allowed)}")
+                raise _KeyError(key, f"'{key}' must be one of {', '.join(allowed)}")
             out[attr] = data[key]
     for key, attr in (("p99-len", "p99_len"), ("avg-prompt-len", "avg_prompt_len")):
         if key in data:
             if not isinstance(data[key], int) or isinstance(data[key], bool) or data[key] <= 0:
-                raise ConfigError(f"{path}: '{key}' must be a positive integer")
+                raise _KeyError(key, f"'{key}' must be a positive integer")
             out[attr] = data[key]
     if "strict-rules" in data:
         if not isinstance(data["strict-rules"], bool):
-            raise ConfigError(f"{path}: 'strict-rules' must be true or false")
+            raise _KeyError("strict-rules", "'strict-rules' must be true or false")
         out["strict_rules"] = data["strict-rules"]
     if "rules" in data:
         out["rule_dirs"] = [str((path.parent / d).resolve()) for d in lst("rules")]
     if "params" in data:
         params = data["params"]
         if not isinstance(params, dict) or not all(isinstance(v, dict) for v in params.values()):
-            raise ConfigError(f"{path}: [params] must hold one table per rule code, e.g. [params.KVD004]")
+            raise _KeyError("params", "[params] must hold one table per rule code, e.g. [params.KVD004]")
         out["params"] = {k.upper(): dict(v) for k, v in params.items()}
     return out
 

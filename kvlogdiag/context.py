@@ -108,7 +108,7 @@ NAMES.update({
 })
 
 # --- names for KVD010-KVD018
-NAMES.update({
+_NAMES_KVD010_018: dict[str, str] = {
     # memory breakdown (KVD010)
     "kv_gib_min": "smallest KV memory figure of any kind, GiB: Available KV cache memory, V0 profile, vLLM-Ascend bytes, CPU budget",
     "mem_weights_gib": "largest model-weights figure per rank, GiB ('Model loading took', V0 'model weights take', K10)",
@@ -126,6 +126,8 @@ NAMES.update({
     "bpt_ratio": "bpt_measured / expected_bytes_per_token",
     "bpt_mismatch_cause": "first likely cause from architecture.explain_mismatch (text)",
     "bpt_expected_model": "catalogue entry the logged model name matched",
+    "speculative_decoding": "a speculative_config (draft model, EAGLE, MTP, n-gram) is in the launch args or engine config",
+    "bpt_expected_assumed": "the catalogue figure had to assume max_num_batched_tokens (sliding-window reservation of a hybrid model): it is only an estimate",
     "bpt_expected_verified": "false when the catalogue figure rests on unverified config facts or estimates",
     # runtime (KVD012, KVD013)
     "v0_preemption_total": "V0: total_num_cumulative_preemption of the last preemption warning (the warning prints once per 50 preemptions)",
@@ -146,12 +148,14 @@ NAMES.update({
     # rank agreement (KVD018)
     "rank_kv_spread_pct": "largest spread of per-rank KV memory (Available, V0 profile, Ascend bytes) within one group (run, DP group, PP stage when known), % of the smallest",
     "rank_kv_spread_detail": "the smallest and largest figure of that group, with ranks and lines",
+    "rank_kv_lost_tokens": "KV tokens the group loses because every rank gets the smallest rank's pool: (largest - smallest GiB) x 2^30 / bytes_per_token",
     "rank_kv_spread_stage_known": "that group is one PP stage for sure (PP = 1, or PP stage in every rank prefix)",
     "dp_kv_spread_pct": "spread across the DP groups of one run of their KV memory (smallest per group) or KV tokens, % of the smallest",
     "dp_kv_spread_detail": "the smallest and largest DP group figure, with lines",
     "run_bpt_spread_pct": "largest spread of bytes per token across the pairings of one run, % of the smallest",
     "run_bpt_spread_detail": "the smallest and largest bytes-per-token pairing of that run, with ranks and lines",
-})
+}
+NAMES.update(_NAMES_KVD010_018)
 
 _DSV4 = re.compile(r"deepseek[-_ ]?v4", re.I)
 _SSM = re.compile(r"jamba|bamba|nemotron[-_]?h|granite[-_]?4|qwen3[-_]?next|falcon[-_]?h1|mamba|zamba|minimax", re.I)
@@ -378,7 +382,11 @@ def build_context(facts: LogFacts, analysis: dict, options: Options | None = Non
     put("activation_peak_gib", max((f.value for f in act), default=None),
         max(act, key=lambda f: f.value) if act else None)
     # --- names for KVD010-KVD018
-    _names_kvd010_018(facts, analysis, v, prov)
+    try:
+        _names_kvd010_018(facts, analysis, v, prov)
+    except Exception:  # noqa: BLE001 - odd facts must not stop the other rules: those names stay null
+        for n in _NAMES_KVD010_018:
+            v.setdefault(n, None)
     missing = set(NAMES) - set(v)
     assert not missing, f"context misses documented names: {sorted(missing)}"
     return v, prov
@@ -477,7 +485,7 @@ def _names_kvd010_018(facts: LogFacts, analysis: dict, v: dict[str, Any], prov: 
     put("mem_breakdown", ", ".join(parts) or None, wf)
 
     # -- KVD011: measured vs catalogue bytes per token
-    exp_fig = ratio = cause = exp_model = exp_verified = measured = None
+    exp_fig = ratio = cause = exp_model = exp_verified = measured = exp_assumed = None
     try:
         measured = v.get("bytes_per_token")
         cp = (facts.events.get("cp_multiply") or [None])[0]
@@ -496,6 +504,7 @@ def _names_kvd010_018(facts: LogFacts, analysis: dict, v: dict[str, Any], prov: 
                                 max_num_batched_tokens=v.get("max_num_batched_tokens"), block_size=v.get("block_size"),
                                 vllm_version=v.get("vllm_version"), platform=v.get("platform") or "cuda")
                 exp_model, exp_verified = arch.name, bool(e.verified)
+                exp_assumed = any("max_num_batched_tokens unknown" in a for a in e.assumptions)
                 if e.log_figure and e.log_figure > 0:
                     exp_fig = float(e.log_figure)
                     ratio = measured / exp_fig
@@ -506,13 +515,17 @@ def _names_kvd010_018(facts: LogFacts, analysis: dict, v: dict[str, Any], prov: 
                         cause = cause.split(")", 1)[1].lstrip(" :") or cause
                         cause = re.sub(r"^≈ [^:]*: ", "", cause)
     except Exception:  # noqa: BLE001 - a catalogue problem must never break the analysis
-        exp_fig = ratio = cause = exp_model = exp_verified = None
+        exp_fig = ratio = cause = exp_model = exp_verified = exp_assumed = None
+    spec = [f for f in facts.config.get("speculative_config") or []
+            if f.value not in (None, "None", "", {}) and not (isinstance(f.value, str) and f.value.strip() in ("None", "{}"))]
+    put("speculative_decoding", bool(spec), spec[0] if spec else None)
     put("bpt_measured", measured, prov.get("bytes_per_token"))
     put("expected_bytes_per_token", exp_fig)
     put("bpt_ratio", ratio, prov.get("bytes_per_token"))
     put("bpt_mismatch_cause", cause)
     put("bpt_expected_model", exp_model)
     put("bpt_expected_verified", exp_verified)
+    put("bpt_expected_assumed", exp_assumed)
 
     # -- KVD012 / KVD013: runtime
     warned = facts.preemption_warnings
@@ -594,15 +607,18 @@ def _names_kvd010_018(facts: LogFacts, analysis: dict, v: dict[str, Any], prov: 
     for f in facts.kv_budget:
         if f.value[0] in ("v0_profile", "ascend_bytes"):
             groups.setdefault((f.run, f.dp, _pp_stage(f.rank), f.value[0]), []).append((f.value[1], f))
-    best: tuple[float, str, bool] | None = None
+    best: tuple[float, str, bool, float] | None = None
     for key, items in groups.items():
         pct, detail = _spread_detail(items, "GiB", ".2f")
         if pct is not None and (best is None or pct > best[0]):
             stage_known = pp == 1 or all(_pp_stage(f.rank) is not None for _, f in items)
-            best = (pct, detail, stage_known)
+            vals = [x for x, _ in items if x > 0]
+            best = (pct, detail, stage_known, max(vals) - min(vals))
     put("rank_kv_spread_pct", best[0] if best else None)
     put("rank_kv_spread_detail", best[1] if best else None)
     put("rank_kv_spread_stage_known", best[2] if best else None)
+    bpt_now = v.get("bytes_per_token")
+    put("rank_kv_lost_tokens", best[3] * GIB / bpt_now if best and bpt_now else None)
     dp_best: tuple[float, str] | None = None
     by_run: dict[int, dict[int, list[tuple[float, Fact]]]] = {}
     for (run, dp, _stage, kind), items in groups.items():

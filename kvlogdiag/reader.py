@@ -24,6 +24,7 @@ import io
 import lzma
 import os
 import re
+import stat
 import sys
 from dataclasses import dataclass
 from typing import BinaryIO, Iterator
@@ -83,6 +84,10 @@ _PROC = re.compile(
 _HEAD = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d ")
 
 
+# process prefix text -> (rank, ip), or False when it is not a prefix (split_envelope's fast path)
+_PREFIX_CACHE: dict[str, tuple[str, str | None] | bool] = {}
+
+
 def strip_ansi(text: str) -> str:
     """Remove ANSI escape sequences (colours, cursor moves)."""
     if "\x1b" not in text:
@@ -120,6 +125,22 @@ def split_envelope(raw: str) -> tuple[str, str | None, dict | None]:
             if m.group("pid"):
                 meta["pid"] = int(m.group("pid"))
             text = text[m.end():]
+    elif text[:1] == "(":
+        # the usual vLLM line: a process prefix at the very start, the same on thousands of lines
+        j = text.find(")", 1, 300)
+        if j > 0:
+            key = text[: j + 1]
+            hit = _PREFIX_CACHE.get(key)
+            if hit is None:
+                if len(_PREFIX_CACHE) >= 4096:
+                    _PREFIX_CACHE.clear()
+                m = _PROC.match(key)
+                hit = _PREFIX_CACHE[key] = (
+                    (rank_label(m.group("name"), m.group("pid")), m.group("ip")) if m and m.end() == j + 1 else False
+                )
+            if hit:  # what the general path below finds for a prefix at position 0
+                end = j + 2 if j + 1 < 300 and text[j + 1: j + 2] == " " else j + 1
+                return text[end:], hit[0], ({"ip": hit[1]} if hit[1] else None)
     rank = None
     if "pid=" in text[:300]:
         m = _PROC.search(text, 0, 300)
@@ -255,17 +276,24 @@ class LineStats:
         self.bytes = 0
 
 
-def iter_chunks(fh: BinaryIO, name: str, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
+def iter_chunks(fh: BinaryIO, name: str, chunk_bytes: int | None = None) -> Iterator[bytes]:
     """Yield chunks that each end at a line boundary (except possibly the last one).
 
-    An over-long line is cut: its first ``MAX_LINE_BYTES`` are kept and the rest is dropped
-    while reading, so a 100 MB line costs no more memory than a short one.
+    Reads ``chunk_bytes`` (default `CHUNK_BYTES`) at a time. An over-long line is cut: its first
+    ``MAX_LINE_BYTES`` are kept and the rest is dropped while reading, so a 100 MB line costs no
+    more memory than a short one.
     """
-    carry = b""
-    skipping = False  # inside the dropped tail of an over-long line
+    return _chunks(fh.read, name, chunk_bytes or CHUNK_BYTES)
+
+
+def _chunks(read, name: str, chunk_bytes: int, carry: bytes = b"", skipping: bool = False,
+            final: bool = True) -> Iterator[bytes]:
+    """`iter_chunks` on a ``read(n)`` function, from a given state (the parallel reader resumes
+    mid-file): ``carry`` is the kept start of the unfinished line, ``skipping`` says its tail is being
+    dropped. With ``final=False`` the end of ``read`` is not the end of the input (no last chunk)."""
     while True:
         try:
-            data = fh.read(chunk_bytes)
+            data = read(chunk_bytes)
         except InputError:
             raise
         except (OSError, EOFError, ValueError, lzma.LZMAError) as exc:
@@ -273,7 +301,7 @@ def iter_chunks(fh: BinaryIO, name: str, chunk_bytes: int = CHUNK_BYTES) -> Iter
         except Exception as exc:  # zstandard.ZstdError and friends
             raise _read_error(name, exc) from None
         if not data:
-            if carry and not skipping:
+            if carry and not skipping and final:
                 yield carry
             return
         if skipping:
@@ -500,11 +528,18 @@ def iter_lines(
     """Yield `Line` objects; with a prefilter, only lines in which it matches.
 
     Line numbers count every ``\\n`` in the input, filtered or not. A line longer than
-    ``MAX_LINE_BYTES`` inside one chunk is cut to that length.
+    ``MAX_LINE_BYTES`` inside one chunk is cut to that length. A large regular file read with a
+    prefilter is searched by worker processes (`_parallel_lines`); the lines are the same.
     """
     st = stats or LineStats()
-    number = 0  # lines completed before the current chunk
-    for chunk in iter_chunks(fh, name):
+    chunks, number = None, 0  # number: lines completed before the current chunk
+    if prefilter is not None:
+        setup = _parallel_setup(fh, prefilter)
+        if setup is not None:
+            chunks, number = yield from _parallel_lines(fh, name, prefilter, st, *setup)
+    if chunks is None:
+        chunks = iter_chunks(fh, name)
+    for chunk in chunks:
         st.bytes += len(chunk)
         if prefilter is None:
             parts = chunk.split(b"\n")
@@ -531,3 +566,157 @@ def iter_lines(
             if not chunk.endswith(b"\n"):
                 number += 1  # the last line has no newline; it still counts
         st.lines = number
+
+
+# --- parallel search of a large file -------------------------------------------------------------
+#
+# Searching is most of the time on a long log, and it needs no state but the line boundaries, so a
+# large regular file is cut into units of whole chunks, searched by worker processes (fork, `pread`
+# on the inherited descriptor), and the main process only decodes and feeds the candidate lines, in
+# order. A worker starts a unit in the exact state `iter_chunks` would be in at that offset (the
+# unfinished line carried over, cut or not), so chunks, lines, numbers and over-long-line cuts are
+# the same as reading serially. What was appended after the start (a live file) is read serially.
+
+PARALLEL_MIN_BYTES = 48 << 20  # smaller files: starting workers does not pay
+UNIT_CHUNKS = 8  # chunks per work unit
+_JOBS_ENV = "KVLOGDIAG_READ_JOBS"  # reader processes; 1 reads serially
+
+
+def _read_jobs() -> int:
+    env = os.environ.get(_JOBS_ENV, "").strip()
+    if env.isdigit():
+        return int(env)
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - platforms without affinity
+        return os.cpu_count() or 1
+
+
+def _parallel_setup(fh: BinaryIO, prefilter: "re.Pattern[bytes]") -> tuple[int, int, int, int] | None:
+    """(fd, start offset, units, jobs) when ``fh`` should be searched in parallel, else None."""
+    if not sys.platform.startswith("linux") or _finder_for(prefilter) is None:
+        return None
+    try:
+        fd = fh.fileno()
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size < PARALLEL_MIN_BYTES:
+            return None
+        start = fh.tell()
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return None
+    jobs = _read_jobs()
+    units = (info.st_size - start) // (CHUNK_BYTES * UNIT_CHUNKS)
+    if jobs < 2 or units < 2:
+        return None
+    import multiprocessing
+
+    if multiprocessing.parent_process() is not None:  # already a worker (scan -j): stay serial
+        return None
+    return fd, start, units, jobs
+
+
+def _pread_exact(fd: int, size: int, offset: int) -> bytes:
+    data = os.pread(fd, size, offset)
+    while len(data) < size:
+        more = os.pread(fd, size - len(data), offset + len(data))
+        if not more:
+            raise OSError(f"file shrank while reading (at byte {offset + len(data)})")
+        data += more
+    return data
+
+
+def _state_at(fd: int, start: int, offset: int) -> tuple[bytes, bool]:
+    """`iter_chunks`'s (carry, skipping) at chunk boundary ``offset`` of a file read from ``start``."""
+    lo = max(start, offset - MAX_LINE_BYTES - 1)
+    window = _pread_exact(fd, offset - lo, lo)
+    nl = window.rfind(b"\n")
+    if nl >= 0:
+        return window[nl + 1:], False
+    line_start = lo
+    while line_start > start:  # the unfinished line began before the window: find its start
+        lo = max(start, line_start - CHUNK_BYTES)
+        nl = _pread_exact(fd, line_start - lo, lo).rfind(b"\n")
+        if nl >= 0:
+            line_start = lo + nl + 1
+            break
+        line_start = lo
+    if offset - line_start <= MAX_LINE_BYTES:
+        return _pread_exact(fd, offset - line_start, line_start), False
+    return _pread_exact(fd, MAX_LINE_BYTES, line_start), True
+
+
+def _search_unit(fd: int, name: str, prefilter: "re.Pattern[bytes]", start: int, unit: int):
+    """Worker: (newlines, bytes, line numbers within the unit, candidate lines) of one unit."""
+    import array
+
+    try:
+        pos = start + unit * UNIT_CHUNKS * CHUNK_BYTES
+        end = pos + UNIT_CHUNKS * CHUNK_BYTES
+        carry, skipping = _state_at(fd, start, pos)
+    except OSError as exc:
+        raise _read_error(name, exc) from None
+
+    def read(n: int) -> bytes:
+        nonlocal pos
+        n = min(n, end - pos)
+        if n <= 0:
+            return b""
+        data = _pread_exact(fd, n, pos)
+        pos += n
+        return data
+
+    numbers = array.array("q")
+    parts = []
+    newlines = nbytes = 0
+    for chunk in _chunks(read, name, CHUNK_BYTES, carry, skipping, final=False):
+        nbytes += len(chunk)
+        at = 0
+        count = chunk.count
+        for s, e in candidate_spans(chunk, prefilter):
+            newlines += count(b"\n", at, s)
+            numbers.append(newlines + 1)
+            parts.append(chunk[s:e])
+            at = e
+        newlines += count(b"\n", at)
+    return newlines, nbytes, numbers.tobytes(), parts
+
+
+def _worker_init() -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process handles ^C and stops the pool
+
+
+def _parallel_lines(fh: BinaryIO, name: str, prefilter: "re.Pattern[bytes]", st: LineStats,
+                    fd: int, start: int, units: int, jobs: int):
+    """Yield the candidate lines of the first ``units`` units; return (chunks of the rest, lines so far)."""
+    import array
+    import multiprocessing
+    from collections import deque
+
+    number = 0
+    with multiprocessing.get_context("fork").Pool(jobs, initializer=_worker_init) as pool:
+        pending: deque = deque()
+        submitted = 0
+        while submitted < units or pending:
+            while submitted < units and len(pending) < 2 * jobs:  # bounded: memory stays flat
+                pending.append(pool.apply_async(_search_unit, (fd, name, prefilter, start, submitted)))
+                submitted += 1
+            newlines, nbytes, numbers, parts = pending.popleft().get()
+            st.bytes += nbytes
+            rel = array.array("q")
+            rel.frombytes(numbers)
+            for n, part in zip(rel, parts):
+                if len(part) > MAX_LINE_BYTES:
+                    part = part[:MAX_LINE_BYTES]
+                    st.long_lines += 1
+                yield make_line(number + n, part)
+            number += newlines
+            st.lines = number
+    offset = start + units * UNIT_CHUNKS * CHUNK_BYTES
+    try:
+        carry, skipping = _state_at(fd, start, offset)
+        fh.seek(offset)
+    except OSError as exc:
+        raise _read_error(name, exc) from None
+    return _chunks(fh.read, name, CHUNK_BYTES, carry, skipping), number

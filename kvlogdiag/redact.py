@@ -1,7 +1,7 @@
 """Masking of secrets and identifying details in text a report shows.
 
-`Redactor.redact(text)` replaces, consistently (the same value always gets the same mask, numbered
-in order of first appearance):
+`Redactor.redact(text)` replaces, consistently (the same value always gets the same mask; masks are numbered per kind
+in the order the values are found):
 
 * host names → ``<host-N>``: after ``--host``/``host=``/``'host': ...``/``hostname``/``master_addr``
   and similar keys, in URLs (``http://gpu07:8000``), in shell prompts (``[root@gpu07 ~]#``), in
@@ -66,14 +66,14 @@ _TLDS = (r"com|net|org|io|ai|cn|local|localdomain|internal|intranet|lan|corp|svc
 
 # -- secrets ------------------------------------------------------------------------------------
 _HF_TOKEN = re.compile(r"(?<![A-Za-z0-9])hf_[A-Za-z0-9]{20,}(?![A-Za-z0-9])")
-_SK_KEY = re.compile(r"(?<![A-Za-z0-9])sk-(?:[A-Za-z0-9]+-)*[A-Za-z0-9_]{16,}(?![A-Za-z0-9_-])")
+_SK_KEY = re.compile(r"(?<![A-Za-z0-9-])sk-(?:[A-Za-z0-9]+-)*[A-Za-z0-9_]{16,}(?![A-Za-z0-9_-])")
 _FLAG_SECRET = re.compile(r"(?i)(--(?P<flag>api-key|hf-token|token|password)(?:\s+|=))(?P<q>['\"]?)(?P<v>[^\s'\"]+)")
 _BEARER = re.compile(r"(?i)(\bbearer\s+)(?P<v>[A-Za-z0-9._~+/=:-]{8,})")
 _AUTH = re.compile(r"(?i)(\b(?:proxy-)?authorization['\"]?\s*[:=]\s*['\"]?(?:(?:bearer|token|basic)\s+)?)"
                    r"(?P<v>[A-Za-z0-9._~+/=:-]{8,})")
 # key [:=] value, the key possibly quoted and prefixed (VLLM_API_KEY=, 'api_key': , "hf_token": )
 _KEYED_SECRET = re.compile(
-    r"(?i)(?P<key>[\w.-]*?(?P<word>hugging_?face_(?:hub_)?token|hf_(?:api_)?token|api[_-]?key|secret[_-]?key|"
+    r"(?i)(?<![\w.-])(?P<key>(?:[\w.-]*?[_.-])?(?P<word>hugging_?face_(?:hub_)?token|hf_(?:api_)?token|api[_-]?key|secret[_-]?key|"
     r"access[_-]?token|auth[_-]?token|password|passwd|client[_-]secret|secret))['\"]?\s*[:=]\s*"
     r"(?P<v>\[[^\]\n]*\]|'[^'\n]*'|\"[^\"\n]*\"|[^\s,;}\])'\"]+)"
 )
@@ -82,7 +82,7 @@ _QUOTED = re.compile(r"'([^'\n]*)'|\"([^\"\n]*)\"")
 # -- people and places --------------------------------------------------------------------------
 _EMAIL = re.compile(r"(?<![\w.+%-])[A-Za-z0-9][A-Za-z0-9._%+-]*@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}(?![\w-])")
 _URL_CREDS = re.compile(r"(?i)(?<=://)(?P<v>[^/\s:@'\"<>]+:[^/\s@'\"<>]+)@")
-_URL_HOST = re.compile(r"(?i)\b(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<cred>[^/\s@'\"]*@)?(?P<v>\[[0-9a-f:.%]+\]|[^\s/:'\"?#\[\]()<>,;|`\\]+)")
+_URL_HOST = re.compile(r"(?i)(?<![a-z0-9+.-])(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<cred>[^/\s@'\"]*@)?(?P<v>\[[0-9a-f:.%]+\]|[^\s/:'\"?#\[\]()<>,;|`\\]+)")
 _PROMPT_HOST = re.compile(r"\[(?P<user>[\w.-]+)@(?P<v>[\w.-]+)(?P<rest>\s[^\]\n]*)?\][#$]|"
                           r"(?<![\w.-])(?P<user2>[\w.-]+)@(?P<v2>[\w.-]+):(?=[~/])")
 _SYSLOG_HOST = re.compile(r"^(?P<head>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d )(?P<v>[\w.-]+)(?= [\w./@-]+?(?:\[\d+\])?: )")

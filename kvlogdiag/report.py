@@ -32,6 +32,7 @@ from typing import Any, BinaryIO
 import click
 
 from kvlogdiag import __version__
+from kvlogdiag import derive as _derive
 from kvlogdiag.reader import DEFAULT_MAX_BYTES, InputError, open_input
 from kvlogdiag.redact import Redactor
 from kvlogdiag.render import (
@@ -61,6 +62,9 @@ MEMORY_PARTS: tuple[tuple[str, str], ...] = (
     ("cuda_graph_gib", "CUDA graph"),
 )
 NOT_IN_LOG = "not in log"
+# bytes per token outside these bounds fits no real model (derive's bounds; defaults if it has none)
+MIN_PLAUSIBLE_BPT: float = getattr(_derive, "MIN_PLAUSIBLE_BPT", 1.0)
+MAX_PLAUSIBLE_BPT: float = getattr(_derive, "MAX_PLAUSIBLE_BPT", 64 * 1024 * 1024)
 PASTE_HINT = "kvlogdiag: paste the log, then press Ctrl-D (Ctrl-Z Enter on Windows)"
 
 
@@ -177,6 +181,14 @@ def _capacity(analysis: dict, rows: list[dict], facts) -> dict:
         lengths.append(("max-model-len", int(mml)))
     cap: dict[str, Any] = {"basis": None, "groups": [], "rows": [], "dp_size": dp_size, "notes": [], "max_model_len": mml}
     with_tokens = [r for r in rows if r["tokens"] is not None]
+    implausible = [r for r in with_tokens if not _plausible_pair(r)]
+    if implausible:
+        r = implausible[0]
+        cap["notes"].append(
+            f"line {r['tokens_line']}: {fmt_num(r['tokens'])} tokens in {fmt_gib(r['available_gib'])} is "
+            f"{r['available_gib'] * _GIB / r['tokens'] if r['tokens'] else float('inf'):.3g} bytes per token, "
+            "outside any real model: such token counts are left out of the capacity")
+        with_tokens = [r for r in with_tokens if _plausible_pair(r)]
     groups: list[dict] = []
     if with_tokens:
         run = max(r["run"] for r in with_tokens)
@@ -214,6 +226,24 @@ def _capacity(analysis: dict, rows: list[dict], facts) -> dict:
         cap["rows"].append({"label": label, "tokens": length, "per_group_min": min(per), "per_group_max": max(per),
                             "total": total, "concurrency": smallest / length})
     return cap
+
+
+_GIB = 1 << 30
+
+
+def _plausible_pair(r: dict) -> bool:
+    """False when the row's memory figure and token count give a bytes-per-token no model has
+    (e.g. a corrupted count of 2**70 tokens); rows without a memory figure cannot be checked."""
+    gib, tokens = r["available_gib"], r["tokens"]
+    if gib is None or tokens is None:
+        return True
+    if tokens <= 0 or gib <= 0:
+        return False
+    try:
+        bpt = gib * _GIB / tokens
+    except OverflowError:
+        return False
+    return MIN_PLAUSIBLE_BPT <= bpt <= MAX_PLAUSIBLE_BPT
 
 
 def _error_items(analysis: dict, facts) -> list[dict]:
@@ -309,7 +339,9 @@ def _figure_cells(r: dict, runs: int) -> list[str]:
     tokens = fmt_num(r["tokens"])
     if r.get("blocks") is not None:
         tokens += f" ({fmt_num(r['blocks'])} blocks × {r['block_size']})"
-    return [_rank_label(r), _group_label(r, runs), fmt_gib(r["available_gib"]), tokens, fmt_bpt(r["bytes_per_token"]), _lines(r)]
+    bpt = r["bytes_per_token"]
+    shown = fmt_bpt(bpt) if bpt is None or MIN_PLAUSIBLE_BPT <= bpt <= MAX_PLAUSIBLE_BPT else "— (implausible)"
+    return [_rank_label(r), _group_label(r, runs), fmt_gib(r["available_gib"]), tokens, shown, _lines(r)]
 
 
 def _gib_or_missing(v: float | None) -> str:
@@ -433,6 +465,8 @@ def render_report_markdown(doc: dict) -> str:
         out.append(_md_table(CAPACITY_HEADERS, [_capacity_cells(r, len(cap["groups"])) for r in cap["rows"]]))
         for n in cap["notes"]:
             out += ["", f"> {md_escape(n)}"]
+    elif cap["notes"]:
+        out += [f"Not computed: {md_escape(n)}." for n in cap["notes"]]
     else:
         out.append("The log gives no KV cache size, so the capacity cannot be computed.")
     out += ["", "### Configuration", "", _md_table(["setting", "value"], _settings_rows(a))]
@@ -665,6 +699,8 @@ def render_report_html(doc: dict, charts: bool = True) -> str:
         out.append(_html_table(CAPACITY_HEADERS, [_capacity_cells(r, len(cap["groups"])) for r in cap["rows"]], "capacity", {1, 2, 3}))
         out.extend(f'<p class="note">{_e(n)}</p>' for n in cap["notes"])
         out.append(_html_chart(pics, "capacity", "Requests that fit at once vs request length (log scales)"))
+    elif cap["notes"]:
+        out.extend(f"<p>Not computed: {_e(n)}.</p>" for n in cap["notes"])
     else:
         out.append("<p>The log gives no KV cache size, so the capacity cannot be computed.</p>")
     out.append("<h2>Configuration</h2>")
@@ -776,7 +812,7 @@ def _report(source: str | None, clipboard: bool, fmt: str, output: str | None, r
     doc = build_document(analysis, facts, opts.min_severity)
     if redact:
         red = Redactor()
-        pass
+        doc = red.redact_obj(doc)
         doc["redaction"] = red.summary()
     text = render_report_html(doc) if fmt == "html" else render_report_markdown(doc)
     if output:

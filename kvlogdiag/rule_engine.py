@@ -43,6 +43,8 @@ CODE_RE = re.compile(r"^[A-Z]{2,6}\d{3,4}$")
 SLUG_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 _TEMPLATE_RE = re.compile(r"\{([A-Za-z][A-Za-z0-9_.]*)(?::([^{}]*))?\}")
 # optional segment: "[?name: text]" is kept only when name is not null (and not false/empty)
+# a format spec: fill/align, sign, width ≤ 2 digits, grouping, precision ≤ 2 digits, type
+_SPEC_RE = re.compile(r"^(?:[^{}]?[<>=^])?[+\- ]?#?0?\d{0,2}[,_]?(?:\.\d{1,2})?[bcdeEfFgGnosxX%]?$")
 _OPTIONAL_RE = re.compile(r"\[\?([A-Za-z][A-Za-z0-9_.]*): ([^\[\]]*)\]")
 
 FUNCTIONS: dict[str, FunctionSpec] = {
@@ -178,6 +180,8 @@ def load_rule(path: str, content: bytes | str, builtin: bool = False) -> Rule:
     text = content.decode("utf-8", "replace") if isinstance(content, bytes) else content
     try:
         data = tomllib.loads(text)
+    except RecursionError:
+        raise RuleLoadError(f"{path}: not valid TOML: nested too deeply") from None
     except tomllib.TOMLDecodeError as exc:
         from kvlogdiag.config import toml_error_line
 
@@ -244,9 +248,13 @@ def load_rule(path: str, content: bytes | str, builtin: bool = False) -> Rule:
         _check_template(where, f"checks[{i}].message", msg, names)
         fix = c.get("fix")
         if fix is not None:
+            if not isinstance(fix, str):
+                raise RuleLoadError(f"{where}: checks[{i}].fix must be text")
             _check_template(where, f"checks[{i}].fix", fix, names)
         ev = c.get("evidence", [])
         ev = [ev] if isinstance(ev, str) else ev
+        if not isinstance(ev, list) or not all(isinstance(e, str) for e in ev):
+            raise RuleLoadError(f"{where}: checks[{i}].evidence must be a list of names")
         for e in ev:
             if not (e in names or e.startswith("event:") or e.startswith("line:")):
                 raise RuleLoadError(f"{where}: checks[{i}].evidence: unknown name '{e}'")
@@ -283,9 +291,16 @@ def _check_template(where: str, field_name: str, text: str, names: set[str]) -> 
     for m in _OPTIONAL_RE.finditer(text):
         if m.group(1) not in names:
             raise RuleLoadError(f"{where}: {field_name}: unknown name '{m.group(1)}' at column {m.start()}")
-    stripped = _TEMPLATE_RE.sub("", text)
-    if "{" in stripped or "}" in stripped:
-        raise RuleLoadError(f"{where}: {field_name}: only {{name}} or {{name:format}} placeholders are allowed")
+    masked = _TEMPLATE_RE.sub(lambda m: " " * len(m.group(0)), text)
+    stray = next((i for i, ch in enumerate(masked) if ch in "{}"), None)
+    if stray is not None:
+        raise RuleLoadError(f"{where}: {field_name}: only {{name}} or {{name:format}} placeholders are allowed "
+                            f"(stray {text[stray]!r} at column {stray})")
+    for m in _TEMPLATE_RE.finditer(text):
+        spec = m.group(2) or ""
+        if not _SPEC_RE.match(spec):
+            raise RuleLoadError(f"{where}: {field_name}: format spec {spec!r} is not allowed at column {m.start()} "
+                                "(use e.g. :,.0f, :.2f, :.1%)")
     for m in _TEMPLATE_RE.finditer(text):
         if m.group(1) not in names:
             raise RuleLoadError(f"{where}: {field_name}: unknown name '{m.group(1)}' at column {m.start()}")

@@ -95,7 +95,7 @@ class Finder:
         self.exclude = exclude
         self.entries: list[Entry] = []
         self.missing: list[str] = []
-        self._files: set[tuple[int, int]] = set()
+        self._files: dict[tuple[int, int], Entry] = {}
         self._dirs: set[tuple[int, int]] = set()
 
     def add_argument(self, arg: str) -> None:
@@ -103,10 +103,14 @@ class Finder:
             self._walk(arg)
         elif os.path.lexists(arg):
             self._file(arg, arg, explicit=True)
+        elif "**" in arg:
+            # glob's own ** follows directory symlinks into loops: walk the fixed prefix ourselves
+            if not self._glob_walk(arg):
+                self.missing.append(arg)
         elif any(ch in arg for ch in "*?["):
             import glob
 
-            matches = sorted(glob.glob(arg, recursive=True))
+            matches = sorted(glob.glob(arg))
             if not matches:
                 self.missing.append(arg)
             for m in matches:
@@ -137,12 +141,43 @@ class Finder:
             self.entries.append(Entry(path, abspath, error=f"{_kind_name(st.st_mode)}, not a regular file"))
             return
         ident = (st.st_dev, st.st_ino)
-        if ident in self._files:
-            return  # the same file again (symlink or hard link): one row
-        self._files.add(ident)
-        self.entries.append(Entry(path, abspath, st.st_size, st.st_mtime_ns, ident))
+        seen = self._files.get(ident)
+        if seen is not None:
+            # the same file again (symlink or hard link): one row, named by the real file rather than a link
+            if os.path.islink(seen.source) and not os.path.islink(path):
+                seen.source, seen.abspath = path, abspath
+            return
+        e = Entry(path, abspath, st.st_size, st.st_mtime_ns, ident)
+        self._files[ident] = e
+        self.entries.append(e)
 
-    def _walk(self, top: str) -> None:
+    def _glob_walk(self, pattern: str) -> bool:
+        """Files below the pattern's fixed prefix whose path matches it (``**`` = any number of folders)."""
+        import re
+
+        parts = pattern.split("/")
+        fixed: list[str] = []
+        for p in parts[:-1]:
+            if any(ch in p for ch in "*?["):
+                break
+            fixed.append(p)
+        base = "/".join(fixed) or ("/" if pattern.startswith("/") else ".")
+        if not os.path.isdir(base):
+            return False
+        rx = re.compile(glob_regex(pattern))
+        matched = 0
+
+        def on_file(full: str, rel: str) -> None:
+            nonlocal matched
+            path = full[2:] if base == "." and full.startswith("./") else full
+            if rx.fullmatch(path):
+                matched += 1
+                self._file(path, path, explicit=True)
+
+        self._walk(base, on_file)
+        return matched > 0
+
+    def _walk(self, top: str, on_file=None) -> None:
         try:
             st = os.stat(top)
             self._dirs.add((st.st_dev, st.st_ino))
@@ -172,7 +207,46 @@ class Finder:
             dirnames[:] = keep
             for f in sorted(filenames):
                 full = os.path.join(dirpath, f)
-                self._file(full, os.path.relpath(full, top), explicit=False)
+                if on_file is not None:
+                    on_file(full, os.path.relpath(full, top))
+                else:
+                    self._file(full, os.path.relpath(full, top), explicit=False)
+
+
+def glob_regex(pattern: str) -> str:
+    """A shell glob as a regex over '/'-separated paths: ``*`` and ``?`` stay within a folder, ``**/`` spans folders."""
+    import re
+
+    out = []
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+            continue
+        if pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+            continue
+        if c == "*":
+            out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        elif c == "[":
+            j = pattern.find("]", i + 2)
+            if j < 0:
+                out.append(re.escape(c))
+            else:
+                body = pattern[i + 1:j]
+                if body.startswith("!"):
+                    body = "^" + body[1:]
+                out.append("[" + body.replace("\\", "\\\\") + "]")
+                i = j
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return "".join(out)
 
 
 def head_hash(path: str) -> str | None:

@@ -182,13 +182,22 @@ class FollowFile:
                 self.note(f"{self.path}: does not exist (yet); waiting for it")
                 self.waiting_noted = True
             return False
+        except OSError as exc:
+            if self.ident is None and self.fd is None:
+                raise  # the first open: a clear error, exit 2
+            if not self.waiting_noted:
+                self.note(f"{self.path}: cannot open the new file ({exc.strerror or exc}); retrying")
+                self.waiting_noted = True
+            return False
         st = os.fstat(fd)
         if not _is_regular(st.st_mode):
             os.close(fd)
             raise OSError(errno.EINVAL, f"{self.path}: not a regular file")
-        if at_end:
-            os.lseek(fd, 0, os.SEEK_END)
+        where = os.lseek(fd, 0, os.SEEK_END) if at_end else 0
+        first = self.ident is None
         self.fd, self.ident, self.waiting_noted = fd, (st.st_dev, st.st_ino), False
+        if first:
+            self.note(f"{self.path}: following from {'the end (byte ' + format(where, ',') + ')' if at_end else 'the start'}")
         return True
 
     def read(self) -> bytes:
@@ -647,7 +656,8 @@ class Watcher:
             if since is None:
                 msg = f"vLLM preempted requests: {what} (the KV cache ran out of blocks; preempted requests are recomputed or swapped)"
             else:
-                msg = f"{what} more ({count:,} line{'s' if count != 1 else ''}) since the last report {since:,.0f} s ago; {r.total_amount:,} in total"
+                msg = (f"{r.amount:,} more preemption{'s' if r.amount != 1 else ''} in {count:,} line{'s' if count != 1 else ''} "
+                       f"since the last report {since:,.0f} s ago; {r.total_amount:,} in total")
         elif name == "kv-usage-high":
             if since is None:
                 msg = f"KV cache usage reached {r.peak:.1f} % (≥ {KV_HIGH_PCT:g} %): preemptions follow when it fills"
@@ -905,7 +915,6 @@ def run_follow(w: Watcher, src: FollowFile, sig: _Signals) -> int:
             w.note(f"{src.path}: {'truncated; reading from the start' if what == 'truncated' else 'replaced (rotated); following the new file'}")
             continue
         if what == "appeared":
-            w.note(f"{src.path}: appeared; following it")
             continue
         w.tick()
         now = w.clock()
@@ -974,6 +983,9 @@ def watch(follow: str | None, from_end: bool, no_echo: bool, fmt: str, repeat_af
                 sys.exit(ExitCode.ERROR)
             try:
                 code = run_follow(w, src, sig)
+            except OSError as exc:
+                err(f"{follow}: {exc.strerror or exc}")
+                code = int(ExitCode.ERROR)
             finally:
                 src.close()
         else:

@@ -13,6 +13,9 @@ from kvlogdiag.cli import ExitCode, cli
 HIGH_UTIL = (
     "(APIServer pid=7) INFO 07-03 14:17:08 [utils.py:328] non-default args: {'model_tag': 'Qwen/Qwen3-32B', "
     "'tensor_parallel_size': 4, 'gpu_memory_utilization': 0.96}\n"
+    # a complete start-up (KV sized), so only the utilization rule has something to say
+    "(Worker_TP0 pid=9) INFO 07-03 14:19:40 [gpu_worker.py:276] Available KV cache memory: 20.0 GiB\n"
+    "(EngineCore_DP0 pid=8) INFO 07-03 14:19:41 [kv_cache_utils.py:864] GPU KV cache size: 327,680 tokens\n"
 )
 WARN_UTIL = HIGH_UTIL.replace("0.96", "0.91")
 

@@ -107,3 +107,17 @@ def test_summary_counts_kinds(r: Redactor) -> None:
     r.redact("10.0.0.1 10.0.0.2 --host gpu-1 bob@example.com")
     assert r.summary() == "1 host name, 2 IP addresses, 1 e-mail address"
     assert Redactor().summary() == ""
+
+
+def test_long_hostile_lines_redact_in_linear_time() -> None:
+    """Evidence lines can be 1 MiB: no pattern may backtrack quadratically (a quadratic version took
+    ~20 s on 20 KB of 'a', so it would take hours here)."""
+    import time
+
+    n = 200_000
+    shapes = ["a" * n, "a-" * (n // 2), "a." * (n // 2), "1." * (n // 2), "sk-" * (n // 3), "api_key" * (n // 7),
+              "host_" * (n // 5), "a-b://" * (n // 6), "fe80::" * (n // 6), "a.b@c." * (n // 6)]
+    start = time.perf_counter()
+    for s in shapes:
+        Redactor().redact(s)
+    assert time.perf_counter() - start < 30

@@ -172,8 +172,11 @@ def test_markdown_golden(run, file_regression, stem):
     file_regression.check(res.stdout, basename=stem, extension=".md")
 
 
-@pytest.mark.parametrize("stem", GOLDEN)
-def test_markdown_is_well_formed(run, stem):
+ALL_SAMPLES = sorted(p.stem for p in SAMPLES.glob("*.log"))
+
+
+@pytest.mark.parametrize("stem", ALL_SAMPLES)
+def test_every_sample_renders_well_formed(run, stem):
     res = run(f"sample_logs/{stem}.log", "--fail-on", "never")
     assert res.exit_code == 0, res.output
     md = res.stdout
@@ -182,6 +185,13 @@ def test_markdown_is_well_formed(run, stem):
     page = Page(md_to_html(md))
     assert_inert_html(page)
     assert len(page.named("details")) == md.count("<details>")
+    res = run(f"sample_logs/{stem}.log", "--fail-on", "never", "--format", "html")
+    assert res.exit_code == 0, res.output
+    page = Page(res.stdout)
+    assert_inert_html(page)
+    assert len(page.named("details")) == page.end_tags.count("details")
+    figures = page.tables.get("figures", [])
+    assert len(figures) == (len(figures) and 1 + md.split("### KV cache figures per rank")[1].split("###")[0].count("\n| ") - 1)
 
 
 # --- figures, capacity ----------------------------------------------------------------------------
@@ -504,3 +514,17 @@ def test_unwritable_output(run, tmp_path):
     res = run("sample_logs/v1_single_gpu.log", "-o", str(tmp_path / "missing-dir" / "r.md"))
     assert res.exit_code == 2
     assert res.stderr.startswith("kvlogdiag: error: ") and res.stderr.count("\n") == 1
+
+
+def test_capacity_ignores_an_implausible_token_count(run):
+    """2**70 tokens in 37 GiB is 3e-11 bytes per token: no capacity from it, and no '0 B' figure."""
+    head = "(EngineCore_DP0 pid=9) INFO 07-03 14:19:40 [gpu_worker.py:298] "
+    log = f"{head}Available KV cache memory: 37.01 GiB\n{head}GPU KV cache size: {2**70:,} tokens\n"
+    for fmt in ("markdown", "html"):
+        res = run("-", "--format", fmt, "--fail-on", "never", input=log.encode())
+        assert res.exit_code == 0, res.output
+        out = html.unescape(res.stdout)
+        assert "288,230,376,151,711,744" not in out  # 2**70 / 4096
+        assert "0 B (0.0 KiB)" not in out
+        assert "— (implausible)" in out
+        assert "Not computed: line 2: 1,180,591,620,717,411,303,424 tokens in 37.01 GiB is 3.37e-11 bytes per token" in out

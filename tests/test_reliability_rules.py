@@ -1,0 +1,502 @@
+"""Reliability: hostile rule files, broken configuration, rules that fail while evaluating.
+
+Every file in ``tests/hostile_rules/`` is one case. Each is copied alone into ``tmp_path/rules/`` and
+run through the real command line (``kvlogdiag analyze --rules DIR``, click's CliRunner) against a
+real sample log. Per case, ``CASES`` says exactly what must happen:
+
+* ``refused``  — refused at load: exit 2, one line on stderr naming the file, the rule code and the
+  position (column of a condition/template, line of a TOML error, or the key path of a wrong field),
+  nothing on stdout, no traceback;
+* ``eval-error`` — loads, fails while evaluating: reported on stderr as a rule error, the analysis
+  completes (figures intact), other rules still run, the exit code is unaffected; fatal (exit 2)
+  with ``--strict-rules``;
+* ``timeout`` — a regex stopped by the regex timeout while the log is read; reported on stderr, the
+  analysis completes quickly.
+
+The built-in rules are replaced by an empty set in these tests (``builtin_rule_files`` patched), so a
+case exercises the hostile file alone and does not depend on the shipped rules, which other people
+edit; a "canary" rule of ours stands in for "the other rules" and must still fire. One test at the end
+runs a hostile folder together with the real built-in rules.
+
+Bugs found are kept as ``xfail(strict=True)`` with the fix in the reason (see docs/reliability.md).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from kvlogdiag import rule_engine
+from kvlogdiag.cli import cli
+
+TESTS = Path(__file__).resolve().parent
+HOSTILE = TESTS / "hostile_rules"
+SAMPLE = TESTS.parent / "sample_logs" / "v1_tp4_workers.log"
+SAMPLE_BYTES = SAMPLE.read_bytes()
+
+
+def _baseline_bpt(log: bytes) -> float:
+    """bytes_per_token of ``log`` with no rules at all: what a hostile rule must not change."""
+    import io
+
+    from kvlogdiag.analysis import Analyzer
+    from kvlogdiag.rule_engine import RuleSet
+
+    bpt = Analyzer(rules=RuleSet([])).analyze_stream(io.BytesIO(log), "baseline")["kv_cache"]["bytes_per_token"]
+    assert bpt is not None and 80_000 < bpt < 83_000  # Llama-3.1-70B TP4: ~80 KiB per token per rank
+    return bpt
+
+CANARY = """\
+code = "CAN001"
+name = "canary"
+severity = "error"
+summary = "canary: proves the other rules still run"
+why = "test"
+fix = "none"
+condition = "defined(model) and defined(bytes_per_token)"
+message = "canary fired for {model}"
+"""
+
+# a log whose model name makes '(a|aa)+$' backtrack for seconds (log-controlled regex subject)
+BACKTRACK_LOG = SAMPLE_BYTES.replace(b"meta-llama/Llama-3.1-70B-Instruct", b"a" * 60 + b"!")
+# the sample plus one long line of 'a's that makes '(a+)+$' explode
+CATASTROPHIC_LOG = SAMPLE_BYTES + b"a" * 50_000 + b"!\n"
+
+_COL = r"at column \d+"
+
+
+def _xf(reason: str):
+    return pytest.mark.xfail(strict=True, reason="BUG: " + reason)
+
+
+# file stem -> (kind, [substrings stderr must contain], position regex, log bytes, marks on the behaviour test,
+#               marks on the position test)
+BUG_FORMAT_SPEC = _xf(
+    "a message/fix template's format spec is not checked at load: {model:>99999999} renders a 100 MB message, "
+    "{model:>999999999999} raises MemoryError (traceback), {x:,.99999999f} a 100 MB number. Fix rule_engine."
+    "_check_template: parse the spec with a strict regex "
+    r"'^[<>=^]?[+ -]?#?0?(\d{0,3})?[,_]?(\.\d{1,2})?[bdeEfFgGnosxX%]?$' (width <= 999, precision <= 99) and raise "
+    "RuleLoadError '{field}: format spec too wide at column N'; render_template should also catch MemoryError")
+BUG_TEMPLATE_COLUMN = _xf(
+    "a stray '{' / '}' in a message or fix is refused without a position ('only {name} or {name:format} "
+    "placeholders are allowed'); fix rule_engine._check_template: find the first stray brace (scan the text "
+    "with _TEMPLATE_RE matches masked out) and append f' at column {pos}'")
+BUG_EVIDENCE_TYPES = _xf(
+    "evidence = [1] / evidence = 5 crash the loader with AttributeError/TypeError (traceback, exit 1); "
+    "fix rule_engine.load_rule: after `ev = [ev] if isinstance(ev, str) else ev` check "
+    "`isinstance(ev, list) and all(isinstance(e, str) for e in ev)` else RuleLoadError "
+    "f'{where}: checks[{i}].evidence must be a list of names'")
+BUG_FIX_TYPE = _xf(
+    "a check's fix = 5 crashes the loader with TypeError in _check_template (traceback, exit 1); fix "
+    "rule_engine.load_rule: `if fix is not None and not isinstance(fix, str): raise RuleLoadError("
+    "f'{where}: checks[{i}].fix must be text')`")
+BUG_TOML_RECURSION = _xf(
+    "deeply nested TOML (2,000 '[') raises RecursionError out of tomllib (traceback, exit 1); fix "
+    "rule_engine.load_rule: catch RecursionError next to TOMLDecodeError and raise RuleLoadError "
+    "f'{path}: not valid TOML: nested too deeply'")
+BUG_EVIDENCE_REGEX = _xf(
+    "evidence 'line:REGEX' is not compiled at load (the module promises every regex is): an invalid one loads "
+    "and fails on every line at run time; fix rule_engine.load_rule: for e.startswith('line:') call "
+    "condition.compile_user_regex(e[5:]) and turn ConditionError into RuleLoadError "
+    "f'{where}: checks[{i}].evidence: {exc}'")
+
+CASES: dict[str, tuple] = {
+    # tokenizing comes first: the '.' of .system is refused before the dunder name is looked at
+    "HST001-import-os": ("refused", ["checks[0].when", "attribute access is not supported"], _COL, None, [], []),
+    "HST002-dunder-class": ("refused", ["invalid name 'model.__class__'"], _COL, None, [], []),
+    "HST003-dunder-dict": ("refused", ["invalid name 'model.__dict__'"], _COL, None, [], []),
+    "HST004-lambda": ("refused", ["lambdas and slices are not supported"], _COL, None, [], []),
+    "HST005-comprehension": ("refused", ["unknown name 'x'"], _COL, None, [], []),
+    "HST006-power-tower": ("refused", ["'**' is not supported"], _COL, None, [], []),
+    "HST007-deep-nesting": ("refused", ["nesting deeper than 32 levels"], _COL, None, [], []),
+    "HST008-huge-float": ("refused", ["numeric literal out of range"], _COL, None, [], []),
+    "HST009-huge-int": ("refused", ["more than 30 digits"], _COL, None, [], []),
+    "HST010-long-condition": ("refused", ["longer than 4000 characters"], _COL, None, [], []),
+    "HST011-too-many-nodes": ("refused", ["more than 500 nodes"], _COL, None, [], []),
+    "HST012-catastrophic-regex": ("timeout", ["rule error", "(a+)+$", "timed out"], None, CATASTROPHIC_LOG, [], []),
+    "HST013-invalid-regex": ("refused", ["invalid regular expression"], _COL, None, [], []),
+    "HST014-evidence-bad-regex": ("refused", ["invalid regular expression"], r"checks\[0\]\.evidence", None,
+                                  [BUG_EVIDENCE_REGEX], [BUG_EVIDENCE_REGEX]),
+    "HST015-template-dunder": ("refused", ["unknown name 'x.__class__'"], _COL, None, [], []),
+    "HST016-template-positional": ("refused", ["placeholders are allowed"], _COL, None, [], [BUG_TEMPLATE_COLUMN]),
+    "HST017-template-format-width": ("refused", ["format"], _COL, None, [BUG_FORMAT_SPEC], [BUG_FORMAT_SPEC]),
+    "HST018-template-format-width-huge": ("refused", ["format"], _COL, None, [BUG_FORMAT_SPEC], [BUG_FORMAT_SPEC]),
+    "HST019-template-format-precision": ("refused", ["format"], _COL, None, [BUG_FORMAT_SPEC], [BUG_FORMAT_SPEC]),
+    "HST020-template-nested-spec": ("refused", ["placeholders are allowed"], _COL, None, [], [BUG_TEMPLATE_COLUMN]),
+    "HST021-template-conversion": ("refused", ["placeholders are allowed"], _COL, None, [], [BUG_TEMPLATE_COLUMN]),
+    "HST022-fix-braces": ("refused", ["checks[0].fix", "placeholders are allowed"], _COL, None, [], [BUG_TEMPLATE_COLUMN]),
+    "HST023-unknown-field": ("refused", ["unknown field(s) exec"], r"unknown field\(s\) exec", None, [], []),
+    "HST024-unknown-check-field": ("refused", ["checks[0]: unknown field(s) code"], r"checks\[0\]", None, [], []),
+    "HST025-wrong-type-when": ("refused", ["checks[0].when must be a string"], r"checks\[0\]\.when", None, [], []),
+    "HST026-wrong-type-params": ("refused", ["[params] must map names"], r"\[params\]", None, [], []),
+    "HST027-wrong-type-evidence": ("refused", ["evidence"], r"checks\[0\]\.evidence", None,
+                                   [BUG_EVIDENCE_TYPES], [BUG_EVIDENCE_TYPES]),
+    "HST028-wrong-type-fix": ("refused", ["fix"], r"checks\[0\]\.fix", None, [BUG_FIX_TYPE], [BUG_FIX_TYPE]),
+    "HST029-wrong-type-severity": ("refused", ["severity must be one of"], r"severity", None, [], []),
+    "HST030-toml-syntax": ("refused", ["not valid TOML"], r"\.toml:\d+: ", None, [], []),
+    "HST031-toml-deep-nesting": ("refused", ["TOML"], r"TOML", None, [BUG_TOML_RECURSION], [BUG_TOML_RECURSION]),
+    "HST032-string-vs-number": ("eval-error", ["cannot compare string > number"], _COL, None, [], []),
+    "HST033-log-controlled-regex": ("eval-error", ["regex timed out"], None, BACKTRACK_LOG, [], []),
+    "HST034-optional-dunder": ("refused", ["unknown name 'model.__class__'"], _COL, None, [], []),
+    "HST035-wrong-type-evidence-scalar": ("refused", ["evidence"], r"checks\[0\]\.evidence", None,
+                                          [BUG_EVIDENCE_TYPES], [BUG_EVIDENCE_TYPES]),
+}
+
+
+@pytest.fixture(autouse=True)
+def _only_our_rules(monkeypatch):
+    """Built-in rules out of the way: each case tests its hostile file (and our canary) alone."""
+    monkeypatch.setattr(rule_engine, "builtin_rule_files", lambda: [])
+
+
+def _rules_dir(tmp_path: Path, stem: str, canary: bool = False) -> tuple[Path, Path]:
+    d = tmp_path / "rules"
+    d.mkdir(exist_ok=True)
+    target = d / f"{stem}.toml"
+    shutil.copy(HOSTILE / f"{stem}.toml", target)
+    if canary:
+        (d / "CAN001-canary.toml").write_text(CANARY)
+    return d, target
+
+
+def _run(args: list[str], log: bytes | None = None, tmp_path: Path | None = None):
+    if log is not None:
+        assert tmp_path is not None
+        p = tmp_path / "server.log"
+        p.write_bytes(log)
+        args = [*args, str(p)]
+    t0 = time.monotonic()
+    r = CliRunner().invoke(cli, args)
+    return r, time.monotonic() - t0
+
+
+def _no_traceback(r) -> None:
+    if r.exception is not None and not isinstance(r.exception, SystemExit):
+        raise AssertionError(f"uncaught {type(r.exception).__name__}: {r.exception!s:.300}") from r.exception
+    assert "Traceback" not in r.stderr
+
+
+def _case_params(which: int):
+    return [pytest.param(stem, marks=spec[which], id=stem) for stem, spec in CASES.items()]
+
+
+def test_every_hostile_file_has_an_expectation():
+    files = sorted(p.stem for p in HOSTILE.glob("*.toml"))
+    assert files == sorted(CASES), "each file in tests/hostile_rules/ needs an entry in CASES (and vice versa)"
+    for stem in files:  # named <CODE>-<slug>.toml so that the name check passes and the parser is reached
+        assert re.fullmatch(r"[A-Z]{2,6}\d{3,4}-[a-z0-9]+(?:-[a-z0-9]+)*", stem)
+
+
+@pytest.mark.parametrize("stem", _case_params(4))
+def test_hostile_rule_file(stem, tmp_path):
+    kind, needles, _pos, log, _m1, _m2 = CASES[stem]
+    code = stem.split("-")[0]
+    d, target = _rules_dir(tmp_path, stem, canary=kind != "refused")
+    r, elapsed = _run(["analyze", "--rules", str(d), "--format", "json"], log or SAMPLE_BYTES, tmp_path)
+    _no_traceback(r)
+    assert elapsed < 10, f"took {elapsed:.1f} s"
+    if kind == "refused":
+        assert r.exit_code == 2, r.output
+        assert r.stdout == ""
+        err = r.stderr.strip()
+        assert "\n" not in err, err
+        assert err.startswith("kvlogdiag: error: "), err
+        assert str(target) in err and code in err, err
+        for n in needles:
+            assert n in err, err
+        assert not (tmp_path / "PWNED").exists() and not Path("PWNED").exists()
+        return
+    # eval-error / timeout: reported, analysis completes, the canary (another rule) still fires
+    assert "kvlogdiag: rule error: " in r.stderr
+    for n in needles:
+        assert n in r.stderr, r.stderr
+    a = json.loads(r.stdout)["analyses"][0]
+    assert a["kv_cache"]["bytes_per_token"] == pytest.approx(_baseline_bpt(log or SAMPLE_BYTES), rel=1e-12)
+    assert "CAN001" in [f["rule"] for f in a["findings"]]
+    assert r.exit_code == 1  # the canary is an error finding: same exit as without the hostile rule
+    if kind == "timeout":
+        assert elapsed < 5
+    # with --strict-rules the same failure is fatal
+    r2, _ = _run(["analyze", "--rules", str(d), "--strict-rules", "--format", "json"], log or SAMPLE_BYTES, tmp_path)
+    _no_traceback(r2)
+    assert r2.exit_code == 2
+    assert code in r2.stderr or "line regex" in r2.stderr
+
+
+@pytest.mark.parametrize("stem", _case_params(5))
+def test_hostile_rule_error_names_a_position(stem, tmp_path):
+    kind, _needles, pos, log, _m1, _m2 = CASES[stem]
+    if pos is None:
+        pytest.skip("stopped at run time by the regex timeout: the position is the log line (checked elsewhere)")
+    d, _ = _rules_dir(tmp_path, stem, canary=True)
+    if kind == "refused":  # load only (same loader as analyze): nothing is evaluated
+        r, _ = _run(["rules", "--rules", str(d)])
+    else:
+        r, _ = _run(["analyze", "--rules", str(d), "--format", "json"], log or SAMPLE_BYTES, tmp_path)
+    _no_traceback(r)
+    assert re.search(pos, r.stderr), r.stderr
+
+
+def test_catastrophic_line_regex_names_the_line_and_analysis_completes(tmp_path):
+    d, _ = _rules_dir(tmp_path, "HST012-catastrophic-regex", canary=True)
+    r, elapsed = _run(["analyze", "--rules", str(d), "--format", "json"], CATASTROPHIC_LOG, tmp_path)
+    _no_traceback(r)
+    long_line = CATASTROPHIC_LOG.count(b"\n")
+    assert f"stopped at line {long_line}" in r.stderr
+    assert r.stderr.count("rule error") == 1  # the pattern is dropped after its first timeout
+    a = json.loads(r.stdout)["analyses"][0]
+    assert a["lines_read"] == long_line
+    assert elapsed < 5
+
+
+def _slow_line_for(pattern: str, target_s: float) -> tuple[bytes, float]:
+    """A short line on which ``pattern`` needs about ``target_s`` (below the 0.25 s timeout)."""
+    from kvlogdiag.condition import regex_search
+
+    n = 18
+    while True:
+        line = "a" * n + "!"
+        t0 = time.perf_counter()
+        regex_search(pattern, line, timeout=5)
+        dt = time.perf_counter() - t0
+        if dt >= target_s or n > 40:
+            return line.encode(), dt
+        n += 1
+
+
+@_xf("the regex timeout is per line only: a line regex that needs ~0.1-0.2 s per line (just under the 0.25 s "
+     "timeout) is never stopped, so N such lines cost N x 0.2 s (a 10,000-line log: half an hour). Fix "
+     "analysis.LineMatcher: keep a per-pattern time budget (e.g. 1 s in total = 4 x the per-line timeout, "
+     "measured with time.perf_counter around regex_search); once spent, drop the pattern with the RuleError "
+     "'line regex ... used its time budget at line N'")
+def test_regex_just_under_the_timeout_is_stopped_by_a_total_budget(tmp_path):
+    pattern = "(a|aa)+$"
+    line, per_line = _slow_line_for(pattern, 0.08)
+    n = max(10, min(60, int(3.0 / max(per_line, 0.01))))  # unbounded cost: at least ~3 s
+    d = tmp_path / "rules"
+    d.mkdir()
+    (d / "HST100-slow-line-regex.toml").write_text(
+        CANARY.replace("CAN001", "HST100").replace('"canary"', '"slow-line-regex"')
+        .replace('condition = "defined(model) and defined(bytes_per_token)"', f"condition = \"any_line('{pattern}')\""))
+    r, elapsed = _run(["analyze", "--rules", str(d), "--format", "json", "--fail-on", "never"],
+                      SAMPLE_BYTES + (line + b"\n") * n, tmp_path)
+    _no_traceback(r)
+    assert elapsed < 1.5, f"{n} lines x {per_line:.3f} s: the analysis took {elapsed:.1f} s"
+
+
+def test_rules_and_explain_commands_refuse_the_same_files(tmp_path):
+    d, target = _rules_dir(tmp_path, "HST001-import-os")
+    for args in (["rules", "--rules", str(d)], ["explain", "HST001", "--rules", str(d)]):
+        r, _ = _run(args)
+        _no_traceback(r)
+        assert r.exit_code == 2
+        assert str(target) in r.stderr and "HST001" in r.stderr
+
+
+def test_first_bad_file_of_many_is_named(tmp_path):
+    """Several hostile files at once: the run stops at the first, and names that one."""
+    d = tmp_path / "rules"
+    d.mkdir()
+    for stem in ("HST002-dunder-class", "HST006-power-tower", "HST023-unknown-field"):
+        shutil.copy(HOSTILE / f"{stem}.toml", d)
+    r, _ = _run(["analyze", "--rules", str(d)], SAMPLE_BYTES, tmp_path)
+    _no_traceback(r)
+    assert r.exit_code == 2
+    assert "HST002-dunder-class.toml" in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_hostile_folder_next_to_the_real_builtin_rules(tmp_path, monkeypatch):
+    """Not isolated: the shipped rules load too, the hostile file is still the one named."""
+    monkeypatch.undo()  # the real built-in rules
+    d, target = _rules_dir(tmp_path, "HST003-dunder-dict")
+    r, _ = _run(["analyze", "--rules", str(d)], SAMPLE_BYTES, tmp_path)
+    _no_traceback(r)
+    assert r.exit_code == 2
+    assert str(target) in r.stderr and "HST003" in r.stderr
+
+
+# --- a rule that raises while evaluating --------------------------------------------------------------
+
+
+def _eval_error_dir(tmp_path: Path) -> Path:
+    d, _ = _rules_dir(tmp_path, "HST032-string-vs-number", canary=True)
+    return d
+
+
+def test_eval_error_does_not_change_exit_code_or_other_findings(tmp_path):
+    d = _eval_error_dir(tmp_path)
+    only_canary = tmp_path / "canary_only"
+    only_canary.mkdir()
+    (only_canary / "CAN001-canary.toml").write_text(CANARY)
+    for fail_on in ("error", "never"):
+        with_bad, _ = _run(["analyze", "--rules", str(d), "--format", "json", "--fail-on", fail_on], SAMPLE_BYTES, tmp_path)
+        without, _ = _run(["analyze", "--rules", str(only_canary), "--format", "json", "--fail-on", fail_on], SAMPLE_BYTES, tmp_path)
+        _no_traceback(with_bad)
+        assert with_bad.exit_code == without.exit_code == (1 if fail_on == "error" else 0)
+        assert json.loads(with_bad.stdout)["analyses"][0]["findings"] == json.loads(without.stdout)["analyses"][0]["findings"]
+        assert with_bad.stderr.count("kvlogdiag: rule error: ") == 1
+        assert "HST032" in with_bad.stderr and "HST032-string-vs-number.toml" in with_bad.stderr
+
+
+@pytest.mark.parametrize("fmt", ["text", "json", "markdown"])
+def test_eval_error_strict_rules_is_fatal(tmp_path, fmt):
+    d = _eval_error_dir(tmp_path)
+    r, _ = _run(["analyze", "--rules", str(d), "--strict-rules", "--format", fmt], SAMPLE_BYTES, tmp_path)
+    _no_traceback(r)
+    assert r.exit_code == 2
+    assert "HST032" in r.stderr
+
+
+def test_eval_error_strict_rules_from_config_file(tmp_path):
+    d = _eval_error_dir(tmp_path)
+    cfg = tmp_path / "kvlogdiag.toml"
+    cfg.write_text("strict-rules = true\n")
+    r, _ = _run(["analyze", "--config", str(cfg), "--rules", str(d)], SAMPLE_BYTES, tmp_path)
+    _no_traceback(r)
+    assert r.exit_code == 2
+
+
+def test_eval_error_in_several_inputs_reported_per_input(tmp_path):
+    d = _eval_error_dir(tmp_path)
+    a, b = tmp_path / "a.log", tmp_path / "b.log"
+    a.write_bytes(SAMPLE_BYTES)
+    b.write_bytes(SAMPLE_BYTES)
+    r, _ = _run(["analyze", "--rules", str(d), "--format", "json", str(a), str(b)])
+    _no_traceback(r)
+    assert len(json.loads(r.stdout)["analyses"]) == 2
+    assert r.stderr.count("rule error") == 2
+    assert r.exit_code == 1
+
+
+def test_param_of_wrong_type_in_config_is_an_eval_error_not_a_crash(tmp_path):
+    d = tmp_path / "rules"
+    d.mkdir()
+    (d / "HST101-param-type.toml").write_text(
+        CANARY.replace("CAN001", "HST101").replace('"canary"', '"param-type"')
+        .replace('condition = "defined(model) and defined(bytes_per_token)"', 'condition = "tokens_min > params.limit"')
+        + "[params]\nlimit = 1\n")
+    cfg = tmp_path / "kvlogdiag.toml"
+    cfg.write_text('[params.HST101]\nlimit = "a lot"\n')
+    r, _ = _run(["analyze", "--config", str(cfg), "--rules", str(d), "--format", "json"], SAMPLE_BYTES, tmp_path)
+    _no_traceback(r)
+    assert r.exit_code == 0
+    assert "HST101" in r.stderr and "cannot compare number > string" in r.stderr
+
+
+# --- kvlogdiag.toml --------------------------------------------------------------------------------
+
+
+BUG_CONFIG_LINE = _xf(
+    "kvlogdiag.toml errors found after parsing (unknown key, wrong type) name the file but not the line; fix "
+    "config.options_from_file: take the file text too and add a helper `_key_line(text, key)` "
+    r"(first line matching rf'^\s*[\"\']?{re.escape(key)}[\"\']?\s*=' or '[key' / '[params.'), then raise "
+    "ConfigError(f'{path}:{line}: ...') as _read does for TOML syntax errors")
+BUG_CONFIG_RECURSION = _xf(
+    "a kvlogdiag.toml with deeply nested arrays raises RecursionError out of tomllib (traceback, exit 1); fix "
+    "config._read: catch RecursionError with TOMLDecodeError -> ConfigError(f'{path}: invalid TOML: nested too deeply')")
+
+# case -> (file text, message part, line of the error, marks on the behaviour test, marks on the line test)
+CONFIG_CASES = {
+    "bad-toml": ("fail-on = \n", "invalid TOML", 1, [], []),
+    "bad-toml-line-3": ('select = ["KVD004"]\nignore = []\nrole = "prefill\n', "invalid TOML", 3, [], []),
+    "unknown-key": ('select = ["KVD004"]\n\nfial-on = "warning"\n', "unknown key(s): fial-on", 3, [], [BUG_CONFIG_LINE]),
+    "wrong-type-p99": ('select = ["KVD004"]\np99-len = "big"\n', "'p99-len' must be a positive integer", 2, [], [BUG_CONFIG_LINE]),
+    "wrong-type-fail-on": ("fail-on = 3\n", "'fail-on' must be one of", 1, [], [BUG_CONFIG_LINE]),
+    "wrong-type-select": ("\nselect = 5\n", "'select' must be a list of strings", 2, [], [BUG_CONFIG_LINE]),
+    "wrong-type-strict": ('strict-rules = "yes"\n', "'strict-rules' must be true or false", 1, [], [BUG_CONFIG_LINE]),
+    "wrong-type-params": ("\n\nparams = 5\n", "[params] must hold one table per rule code", 3, [], [BUG_CONFIG_LINE]),
+    "wrong-type-rules": ("rules = [1]\n", "'rules' must be a list of strings", 1, [], [BUG_CONFIG_LINE]),
+    "deep-nesting": ("x = " + "[" * 2000 + "]" * 2000 + "\n", "TOML", 1, [BUG_CONFIG_RECURSION], [BUG_CONFIG_RECURSION]),
+}
+
+
+def _config_params(which: int):
+    return [pytest.param(k, marks=v[which], id=k) for k, v in CONFIG_CASES.items()]
+
+
+def _check_config_error(r, path: Path, needle: str) -> None:
+    _no_traceback(r)
+    assert r.exit_code == 2, r.output
+    err = r.stderr.strip()
+    assert "\n" not in err and err.startswith("kvlogdiag: error: ")
+    assert str(path) in err
+    assert needle in err
+
+
+@pytest.mark.parametrize("case", _config_params(3))
+def test_broken_config_is_a_clear_error(case, tmp_path):
+    body, needle, _line, _m1, _m2 = CONFIG_CASES[case]
+    cfg = tmp_path / "kvlogdiag.toml"
+    cfg.write_text(body)
+    r, _ = _run(["analyze", "--config", str(cfg)], SAMPLE_BYTES, tmp_path)
+    _check_config_error(r, cfg, needle)
+
+
+@pytest.mark.parametrize("case", _config_params(4))
+def test_broken_config_error_names_the_line(case, tmp_path):
+    body, needle, line, _m1, _m2 = CONFIG_CASES[case]
+    cfg = tmp_path / "kvlogdiag.toml"
+    cfg.write_text(body)
+    r, _ = _run(["analyze", "--config", str(cfg)], SAMPLE_BYTES, tmp_path)
+    _check_config_error(r, cfg, needle)
+    assert f"{cfg}:{line}:" in r.stderr, r.stderr
+
+
+def test_broken_config_found_from_cwd(tmp_path, monkeypatch):
+    """No --config: the file found from the working directory upwards is checked the same way."""
+    (tmp_path / "kvlogdiag.toml").write_text("fail-on = \n")
+    sub = tmp_path / "a" / "b"
+    sub.mkdir(parents=True)
+    monkeypatch.chdir(sub)
+    r, _ = _run(["analyze"], SAMPLE_BYTES, tmp_path)
+    _check_config_error(r, (tmp_path / "kvlogdiag.toml").resolve(), "invalid TOML")
+
+
+def test_broken_pyproject_tool_section(tmp_path, monkeypatch):
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n\n[tool.kvlogdiag]\nfail-on = "sometimes"\n')
+    monkeypatch.chdir(tmp_path)
+    r, _ = _run(["analyze"], SAMPLE_BYTES, tmp_path)
+    _check_config_error(r, (tmp_path / "pyproject.toml").resolve(), "'fail-on' must be one of")
+
+
+def test_config_not_utf8_is_a_clear_error(tmp_path):
+    cfg = tmp_path / "kvlogdiag.toml"
+    cfg.write_bytes(b"fail-on = \"\xff\xfe\"\n")
+    r, _ = _run(["analyze", "--config", str(cfg)], SAMPLE_BYTES, tmp_path)
+    _check_config_error(r, cfg, "cannot read")
+
+
+def test_config_rules_folder_missing(tmp_path):
+    cfg = tmp_path / "kvlogdiag.toml"
+    cfg.write_text('rules = ["does-not-exist"]\n')
+    r, _ = _run(["analyze", "--config", str(cfg)], SAMPLE_BYTES, tmp_path)
+    _check_config_error(r, tmp_path / "does-not-exist", "rules folder not found")
+
+
+def test_config_pointing_at_a_hostile_rules_folder(tmp_path):
+    d, target = _rules_dir(tmp_path, "HST001-import-os")
+    cfg = tmp_path / "kvlogdiag.toml"
+    cfg.write_text('rules = ["rules"]\n')
+    r, _ = _run(["analyze", "--config", str(cfg)], SAMPLE_BYTES, tmp_path)
+    _no_traceback(r)
+    assert r.exit_code == 2 and str(target) in r.stderr
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX permissions")
+def test_unreadable_rule_file(tmp_path):
+    import os
+
+    if os.geteuid() == 0:
+        pytest.skip("root reads files whatever their mode")
+    d, target = _rules_dir(tmp_path, "HST001-import-os")
+    target.chmod(0)
+    r, _ = _run(["analyze", "--rules", str(d)], SAMPLE_BYTES, tmp_path)
+    _no_traceback(r)
+    assert r.exit_code == 2 and str(target) in r.stderr
