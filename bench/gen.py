@@ -16,7 +16,7 @@ import os
 import random
 import time
 
-GEN_VERSION = 3  # bump when the output changes, so cached inputs are rebuilt
+GEN_VERSION = 4  # bump when the output changes, so cached inputs are rebuilt
 
 _T0 = 1764405601  # 2025-11-29 08:40:01 UTC
 
@@ -157,23 +157,29 @@ def write_long_log(path: str, target_bytes: int, seed: int = 20251129) -> dict:
     hit = 0.0
     running = 0
     waiting = 0
-    written = 0
     buf: list[str] = []
+    pending = 0  # bytes in buf
+
+    def add(line: str) -> None:
+        nonlocal pending
+        buf.append(line)
+        pending += len(line) + 1  # ASCII only
+
     with open(path, "w", encoding="utf-8", newline="\n") as fh:
         fh.write("\n".join(lines) + "\n")
         written = sum(len(x) + 1 for x in lines)
-        while written < target_bytes:
+        while written + pending < target_bytes:
             # a few requests arrive ...
             for _ in range(rng.randint(0, 4)):
                 rid = f"chatcmpl-{rng.getrandbits(128):032x}"
                 st = _stamp(t, cache)
                 p = prompts[rng.randrange(len(prompts))]
-                buf.append(f"{A}{st} [logger.py:43] Received request {rid}: prompt: '{p}', "
-                           f"params: {params[rng.randrange(len(params))]}, prompt_token_ids: None, "
-                           f"prompt_embeds shape: None, lora_request: None.")
-                buf.append(f"{A}{st} [async_llm.py:325] Added request {rid}.")
-                buf.append(f"(APIServer pid={api}) INFO:     127.0.0.1:{rng.randint(50000, 59999)} - "
-                           f"\"POST /v1/chat/completions HTTP/1.1\" 200 OK")
+                add(f"{A}{st} [logger.py:43] Received request {rid}: prompt: '{p}', "
+                    f"params: {params[rng.randrange(len(params))]}, prompt_token_ids: None, "
+                    f"prompt_embeds shape: None, lora_request: None.")
+                add(f"{A}{st} [async_llm.py:325] Added request {rid}.")
+                add(f"(APIServer pid={api}) INFO:     127.0.0.1:{rng.randint(50000, 59999)} - "
+                    f"\"POST /v1/chat/completions HTTP/1.1\" 200 OK")
             # ... then the periodic stats line
             t += 10
             running = max(0, min(MAX_NUM_SEQS, running + rng.randint(-12, 14)))
@@ -188,12 +194,10 @@ def write_long_log(path: str, target_bytes: int, seed: int = 20251129) -> dict:
             pre = rng.randint(1, 40) if (usage > 96.0 and rng.random() < 0.01) else 0
             u = f"{usage:.1f}"
             mid = f", Preemptions: {pre}" if pre else ""
-            buf.append(
-                f"{A}{_stamp(t, cache)} [loggers.py:123] Engine 000: Avg prompt throughput: "
+            add(f"{A}{_stamp(t, cache)} [loggers.py:123] Engine 000: Avg prompt throughput: "
                 f"{rng.uniform(0, 9000):.1f} tokens/s, Avg generation throughput: {rng.uniform(0, 3000):.1f} tokens/s, "
                 f"Running: {running} reqs, Waiting: {waiting} reqs{mid}, GPU KV cache usage: {u}%, "
-                f"Prefix cache hit rate: {hit:.1f}%"
-            )
+                f"Prefix cache hit rate: {hit:.1f}%")
             stats += 1
             uf = float(u)
             kv_max = uf if kv_max is None or uf > kv_max else kv_max
@@ -208,16 +212,14 @@ def write_long_log(path: str, target_bytes: int, seed: int = 20251129) -> dict:
             if pre:
                 preempt_total += pre
                 preempt_lines += 1
-            if len(buf) >= 20000:
-                block = "\n".join(buf) + "\n"
-                fh.write(block)
-                written += len(block)  # ASCII only
+            if pending >= 8 << 20:
+                fh.write("\n".join(buf) + "\n")
+                written += pending
                 n_lines += len(buf)
                 buf.clear()
+                pending = 0
         if buf:
-            block = "\n".join(buf) + "\n"
-            fh.write(block)
-            written += len(block)
+            fh.write("\n".join(buf) + "\n")
             n_lines += len(buf)
     return {
         "bytes": os.path.getsize(path),

@@ -21,23 +21,23 @@ SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 _MARK = {"error": "E", "warning": "W", "info": "I"}
 
 
-def _clean(obj: Any) -> Any:
+def clean_json(obj: Any) -> Any:
     """JSON-safe copy: non-finite floats → None, tuples → lists, unknown objects → str."""
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
     if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items() if not str(k).startswith("_")}
+        return {str(k): clean_json(v) for k, v in obj.items() if not str(k).startswith("_")}
     if isinstance(obj, (list, tuple, set)):
-        return [_clean(v) for v in obj]
+        return [clean_json(v) for v in obj]
     if obj is None or isinstance(obj, (str, int, bool)):
         return obj
     return str(obj)
 
 
 def json_document(analyses: list[dict], extra: dict | None = None) -> dict:
-    doc = {"tool": "kvlogdiag", "version": __version__, "analyses": [_clean(a) for a in analyses]}
+    doc = {"tool": "kvlogdiag", "version": __version__, "analyses": [clean_json(a) for a in analyses]}
     if extra:
-        doc.update(_clean(extra))
+        doc.update(clean_json(extra))
     return doc
 
 
@@ -88,7 +88,7 @@ def error_lines(a: dict) -> list[str]:
     return out
 
 
-def _identity_rows(a: dict) -> list[tuple[str, str]]:
+def identity_rows(a: dict) -> list[tuple[str, str]]:
     v, c = a["vllm"], a["config"]
     par = "/".join(fmt_num(c[k]) for k in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"))
     kt = a.get("kv_transfer") or {}
@@ -124,7 +124,7 @@ def render_text(analyses: list[dict], min_severity: str = "info", errors: Iterab
     out: list[str] = []
     for a in analyses:
         out.append(f"== {a['source']}  ({a['lines_read']:,} lines{', %d runs' % a['runs'] if a.get('runs', 1) > 1 else ''})")
-        out.append(tabulate(_identity_rows(a), tablefmt="plain"))
+        out.append(tabulate(identity_rows(a), tablefmt="plain"))
         kv = a["kv_cache"]
         out.append("")
         out.append("KV cache")
@@ -191,15 +191,17 @@ def md_escape(text: Any) -> str:
 
 
 def md_code_block(lines: Iterable[str]) -> str:
-    """A fenced block whose fence is longer than any backtick run inside (so it cannot be closed early);
-    HTML-escaped because it may sit inside <details>."""
-    body = "\n".join(html.escape(line, quote=False) for line in lines)
+    """A fenced block whose fence is longer than any backtick run inside, so it cannot be closed early.
+
+    Not HTML-escaped: GitHub shows entities inside fences literally, and a fenced block (after a
+    blank line, also inside ``<details>``) is code, so ``<script>`` or ``</details>`` in it is text."""
+    body = "\n".join(line.replace("\r", " ") for line in lines)
     longest = max((len(m) for m in re.findall(r"`+", body)), default=0)
     fence = "`" * max(3, longest + 1)
     return f"{fence}text\n{body}\n{fence}"
 
 
-def _md_table(headers: list[str], rows: list[list[Any]]) -> str:
+def md_table(headers: list[str], rows: list[list[Any]]) -> str:
     head = "| " + " | ".join(md_escape(h) for h in headers) + " |"
     sep = "|" + "|".join("---" for _ in headers) + "|"
     body = ["| " + " | ".join(md_escape(c) for c in r) + " |" for r in rows]
@@ -215,7 +217,7 @@ def render_markdown(analyses: list[dict], min_severity: str = "info", details: b
         out.append("")
         out.append(f"{a['lines_read']:,} lines read · {counts['error']} errors · {counts['warning']} warnings · {counts['info']} info")
         out.append("")
-        out.append(_md_table(["setting", "value"], [list(r) for r in _identity_rows(a)]))
+        out.append(md_table(["setting", "value"], [list(r) for r in identity_rows(a)]))
         out.append("")
         kv = a["kv_cache"]
         out.append(f"**bytes per token (per rank): {md_escape(fmt_bpt(kv['bytes_per_token']))}**"
@@ -226,7 +228,7 @@ def render_markdown(analyses: list[dict], min_severity: str = "info", details: b
         rr = _rank_rows(a)
         if rr:
             out.append("")
-            out.append(_md_table(["rank", "group", "available", "tokens", "bytes/token", "lines"], rr))
+            out.append(md_table(["rank", "group", "available", "tokens", "bytes/token", "lines"], rr))
         errs = error_lines(a)
         if errs:
             out.append("")

@@ -526,13 +526,21 @@ def _markdown(rows: list[dict]) -> str:
     return f"# kvlogdiag scan\n\n{len(rows)} files\n\n{body}\n"
 
 
-def write_output(path: str, fmt: str, rows: list[dict]) -> None:
+def render_rows(fmt: str, rows: list[dict]) -> str:
+    """The rows as text: csv, json (a list of objects), jsonl or markdown."""
     import json
 
     if fmt == "csv":
-        data = to_frame(rows).to_csv(index=False)
-        write_atomic(path, data)
-    elif fmt == "parquet":
+        return to_frame(rows).to_csv(index=False)
+    if fmt == "json":
+        return json.dumps([{c: r.get(c) for c in COLUMNS} for r in rows], indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    if fmt == "jsonl":
+        return "".join(json.dumps({c: r.get(c) for c in COLUMNS}, ensure_ascii=False, allow_nan=False) + "\n" for r in rows)
+    return _markdown(rows)
+
+
+def write_output(path: str, fmt: str, rows: list[dict]) -> None:
+    if fmt == "parquet":
         import tempfile
 
         d = os.path.dirname(os.path.abspath(path))
@@ -547,12 +555,8 @@ def write_output(path: str, fmt: str, rows: list[dict]) -> None:
             except OSError:
                 pass
             raise
-    elif fmt == "json":
-        write_atomic(path, json.dumps([{c: r.get(c) for c in COLUMNS} for r in rows], indent=2, ensure_ascii=False, allow_nan=False) + "\n")
-    elif fmt == "jsonl":
-        write_atomic(path, "".join(json.dumps({c: r.get(c) for c in COLUMNS}, ensure_ascii=False, allow_nan=False) + "\n" for r in rows))
     else:
-        write_atomic(path, _markdown(rows))
+        write_atomic(path, render_rows(fmt, rows))
 
 
 def summary_tables(df, rules_by_code: dict, min_severity: str, elapsed: float, counts: dict) -> str:
@@ -639,9 +643,11 @@ def _default_jobs() -> int:
               help="Remember what was scanned in FILE: re-scans read only new or changed files.")
 @click.option("--max-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_BYTES, show_default=True,
               help="Per file: stop after this many decompressed bytes (decompression bombs) → an error row.")
+@click.option("--format", "fmt_out", type=click.Choice(["table", "json", "jsonl", "csv", "markdown"]), default="table",
+              show_default=True, help="stdout: summary tables, or every row as JSON / JSON lines / CSV / Markdown.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar [default: when stderr is a terminal].")
 def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, ...], jobs: int | None,
-         output: str | None, state_path: str | None, max_bytes: int, progress: bool | None, **kw: Any) -> None:
+         output: str | None, state_path: str | None, max_bytes: int, fmt_out: str, progress: bool | None, **kw: Any) -> None:
     """Scan an archive of logs (folders, globs, compressed files): one row per file, summaries, --output.
 
     \b
@@ -762,9 +768,12 @@ def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, .
             err(f"{output}: {exc}")
             sys.exit(ExitCode.ERROR)
 
-    df = to_frame(ordered)
-    counts = {"analysed": len(todo), "cached": cached, "dropped": dropped}
-    click.echo(summary_tables(df, analyzer.rules.by_code(), opts.min_severity, time.monotonic() - t0, counts), nl=False)
+    if fmt_out == "table":
+        df = to_frame(ordered)
+        counts = {"analysed": len(todo), "cached": cached, "dropped": dropped}
+        click.echo(summary_tables(df, analyzer.rules.by_code(), opts.min_severity, time.monotonic() - t0, counts), nl=False)
+    else:
+        click.echo(render_rows(fmt_out, ordered), nl=False)
     if state_path:
         click.echo(f"kvlogdiag: state: {len(todo)} read, {cached} unchanged, {dropped} dropped", err=True)
 

@@ -1,0 +1,457 @@
+#!/usr/bin/env python3
+"""kvlogdiag performance benchmark: generates its inputs, measures, prints one table, writes docs.
+
+    /work/venv/bin/python bench/run.py            # full run (~5-8 min on 2 cores; inputs cached)
+    /work/venv/bin/python bench/run.py --quick    # small inputs, a smoke test of the script itself
+
+Inputs are generated deterministically (fixed seeds, see ``bench/gen.py``) under ``bench/out/``
+(git-ignored) and reused while their manifest matches. Every command runs as its own process; wall
+time is measured around it and CPU time and peak RSS come from ``os.wait4`` (the process and the
+children it waited for, e.g. the reader's worker processes). The table and the machine description
+are written into ``docs/performance.md`` between the ``bench:begin``/``bench:end`` markers (the rest
+of that file is prose and is kept). Stdlib and the project's dependencies only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import select
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+OUT = os.path.join(HERE, "out")
+DOC = os.path.join(ROOT, "docs", "performance.md")
+sys.path.insert(0, HERE)
+
+import gen  # noqa: E402
+
+from tabulate import tabulate  # noqa: E402
+
+BIN = os.path.dirname(sys.executable)
+KVLOGDIAG = shutil.which("kvlogdiag", path=BIN) or shutil.which("kvlogdiag") or "kvlogdiag"
+GREP_PATTERN = "KV cache|non-default args|preempt|Maximum concurrency|Initializing a V"
+MB = 1_000_000
+
+# targets (2-core machine)
+T_GREP_RATIO = 4.0
+T_RSS_MB = 100.0
+T_WATCH_LPS = 200_000
+T_LATENCY_S = 0.100
+T_SCAN_FPS = 500.0
+T_SCAN_SPEEDUP = 1.7
+T_STARTUP_S = 0.3
+
+
+# --- measuring ------------------------------------------------------------------------------------
+
+
+class Run:
+    """One finished process: wall and CPU seconds, peak RSS (MB), exit code, captured stdout."""
+
+    def __init__(self, wall: float, cpu: float, rss_mb: float, rc: int, out: bytes = b"", err: bytes = b""):
+        self.wall, self.cpu, self.rss, self.rc, self.out, self.err = wall, cpu, rss_mb, rc, out, err
+
+
+def run(cmd: list[str], stdin=None, capture: bool = False, drain: bool = False, env: dict | None = None,
+        stderr_path: str | None = None) -> Run:
+    """Run ``cmd``; with ``drain`` its stdout goes through a pipe that is read and thrown away."""
+    errf = open(stderr_path, "wb") if stderr_path else subprocess.DEVNULL
+    try:
+        t0 = time.perf_counter()
+        p = subprocess.Popen(cmd, stdin=stdin, stdout=subprocess.PIPE if (capture or drain) else subprocess.DEVNULL,
+                             stderr=errf, env=env)
+        out = b""
+        if capture:
+            out = p.stdout.read()
+        elif drain:
+            buf = bytearray(1 << 20)
+            while p.stdout.readinto(buf):
+                pass
+        _, status, ru = os.wait4(p.pid, 0)
+        wall = time.perf_counter() - t0
+        p.returncode = os.waitstatus_to_exitcode(status)
+        if p.stdout:
+            p.stdout.close()
+    finally:
+        if stderr_path:
+            errf.close()
+    return Run(wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024.0, p.returncode, out)
+
+
+def median_run(runs: list[Run]) -> Run:
+    """The run with the median wall time (CPU and RSS from that same run; RSS: the maximum seen)."""
+    runs = sorted(runs, key=lambda r: r.wall)
+    mid = runs[len(runs) // 2]
+    return Run(mid.wall, mid.cpu, max(r.rss for r in runs), mid.rc, mid.out)
+
+
+def repeat(n: int, fn) -> Run:
+    return median_run([fn() for _ in range(n)])
+
+
+def verdict(ok: bool | None) -> str:
+    return "n/a" if ok is None else ("PASS" if ok else "FAIL")
+
+
+# --- inputs ---------------------------------------------------------------------------------------
+
+
+def cached(name: str, make, key: dict) -> dict:
+    """Build an input once: ``make(path)`` returns its facts; reuse while the manifest matches."""
+    path = os.path.join(OUT, name)
+    manifest = path + ".json"
+    key = dict(key, gen_version=gen.GEN_VERSION)
+    if os.path.exists(path) and os.path.exists(manifest):
+        with open(manifest) as fh:
+            m = json.load(fh)
+        if m.get("key") == key:
+            return dict(m["facts"], path=path)
+    t0 = time.perf_counter()
+    facts = make(path)
+    print(f"  generated {name} in {time.perf_counter() - t0:.1f} s", flush=True)
+    with open(manifest, "w") as fh:
+        json.dump({"key": key, "facts": facts}, fh)
+    return dict(facts, path=path)
+
+
+def long_log(size: int) -> dict:
+    return cached(f"long-{size // MB}MB.log", lambda p: gen.write_long_log(p, size), {"size": size})
+
+
+def archive(count: int) -> dict:
+    def make(path):
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        return gen.write_archive(path, count)
+
+    return cached(f"archive-{count}", make, {"count": count})
+
+
+# --- checks ---------------------------------------------------------------------------------------
+
+
+def check_analysis(out: bytes, want: dict) -> list[str]:
+    """Differences between the JSON analysis and what the generator wrote (empty: all right)."""
+    try:
+        a = json.loads(out)["analyses"][0]
+    except (ValueError, KeyError, IndexError) as exc:
+        return [f"no analysis in the output ({exc})"]
+    got = {
+        "lines_read": a["lines_read"],
+        "stats_lines": a["runtime"]["stats_lines"],
+        "kv_usage_max_pct": a["runtime"]["kv_usage_max_pct"],
+        "kv_usage_high_lines": a["runtime"].get("kv_usage_high_lines"),
+        "busy_stats_lines": a["runtime"].get("busy_stats_lines"),
+        "single_running_with_queue_lines": a["runtime"].get("single_running_with_queue_lines"),
+        "stats_preemptions_total": a["runtime"].get("stats_preemptions_total"),
+        "available_gib": a["kv_cache"]["available_gib"],
+        "tokens": a["kv_cache"]["tokens"],
+        "max_concurrency": a["kv_cache"]["max_concurrency"],
+        "version": a["vllm"]["version"],
+        "engine": a["vllm"]["engine"],
+        "model": a["config"]["model"],
+        "tensor_parallel_size": a["config"]["tensor_parallel_size"],
+        "max_model_len": a["config"]["max_model_len"],
+        "gpu_memory_utilization": a["config"]["gpu_memory_utilization"],
+    }
+    return [f"{k}: {got[k]!r} != {want[k]!r}" for k in got if got[k] != want[k]]
+
+
+# --- sections -------------------------------------------------------------------------------------
+
+
+def analyze_cmd(path: str) -> list[str]:
+    return [KVLOGDIAG, "analyze", "--format", "json", path]
+
+
+def section_long(rows: list, notes: list, log: dict, reps: int) -> dict:
+    path = log["path"]
+    size = os.path.getsize(path)
+    label = f"{size / MB:,.0f} MB"
+    kv = repeat(reps, lambda: run(analyze_cmd(path), capture=True))
+    wrong = check_analysis(kv.out, log) if kv.rc in (0, 1) else [f"exit status {kv.rc}"]
+    serial_env = dict(os.environ, KVLOGDIAG_READ_JOBS="1")
+    kv1 = run(analyze_cmd(path), capture=True, env=serial_env)
+    wrong1 = check_analysis(kv1.out, log) if kv1.rc in (0, 1) else [f"exit status {kv1.rc}"]
+    grep_c = repeat(reps + 1, lambda: run(["grep", "-cE", GREP_PATTERN, path], capture=True))
+    grep_pipe = repeat(reps + 1, lambda: run(["grep", "-E", GREP_PATTERN, path], drain=True))
+    grep_null = repeat(reps + 1, lambda: run(["grep", "-E", GREP_PATTERN, path]))
+    cat = repeat(reps + 1, lambda: run(["cat", path]))
+    ratio = kv.wall / grep_pipe.wall
+    mbps = size / MB / kv.wall
+    rows += [
+        ["long log", f"kvlogdiag analyze --format json ({label})", kv.wall, kv.cpu, kv.rss,
+         f"{mbps:,.0f} MB/s; {ratio:.2f}x grep, {kv.wall / grep_c.wall:.2f}x grep -c, {kv.wall / cat.wall:,.0f}x cat",
+         f"<= {T_GREP_RATIO:g}x grep", verdict(ratio <= T_GREP_RATIO)],
+        ["long log", "  same, one process (KVLOGDIAG_READ_JOBS=1)", kv1.wall, kv1.cpu, kv1.rss,
+         f"{kv1.wall / grep_pipe.wall:.2f}x grep", "", ""],
+        ["long log", "  analysis JSON matches the generated log", None, None, None,
+         f"{log['stats_lines']:,} stats lines, {log['lines_read']:,} lines" if not (wrong or wrong1) else "; ".join(wrong + wrong1)[:120],
+         "exact", verdict(not (wrong or wrong1))],
+        ["long log", "grep -E (output through a pipe) [reference]", grep_pipe.wall, grep_pipe.cpu, grep_pipe.rss, "", "", ""],
+        ["long log", "grep -cE", grep_c.wall, grep_c.cpu, grep_c.rss, grep_c.out.decode().strip() + " lines", "", ""],
+        ["long log", "grep -E > /dev/null", grep_null.wall, grep_null.cpu, grep_null.rss, "stops at the 1st match", "", ""],
+        ["long log", "cat > /dev/null", cat.wall, cat.cpu, cat.rss, f"{size / MB / cat.wall:,.0f} MB/s", "", ""],
+    ]
+    notes.append("grep reference: GNU grep quits at the first match when its stdout is /dev/null, so "
+                 "`grep -E ... > /dev/null` does not read the file; the ratio uses grep printing its matches "
+                 "into a pipe that the harness drains (`grep -c` shown too).")
+    return {"kv": kv, "grep": grep_pipe}
+
+
+def section_scaling(rows: list, logs: list[dict], big: Run | None, reps: int) -> None:
+    pts = []
+    for log in logs:
+        path = log["path"]
+        size = os.path.getsize(path)
+        r = big if (big is not None and log is logs[-1]) else repeat(reps, lambda: run(analyze_cmd(path), capture=True))
+        pts.append((size, r))
+    small_rss, big_rss = pts[0][1].rss, pts[-1][1].rss
+    per_mb = [r.wall / (s / MB) for s, r in pts]
+    for (size, r), pm in zip(pts, per_mb):
+        rows.append(["scaling", f"analyze {size / MB:,.0f} MB", r.wall, r.cpu, r.rss, f"{pm * 1000:.2f} ms/MB", "", ""])
+    # linear: the cost per MB of the largest input is within 30 % of the mid one (the smallest is start-up bound)
+    linear = per_mb[-1] <= 1.3 * per_mb[-2] and per_mb[-1] >= per_mb[-2] / 1.3
+    rows.append(["scaling", "time grows linearly", None, None, None,
+                 f"{per_mb[-2] * 1000:.2f} -> {per_mb[-1] * 1000:.2f} ms/MB", "within 30 %", verdict(linear)])
+    rows.append(["scaling", "peak RSS flat and small", None, None, None,
+                 f"{small_rss:.0f} MB at {pts[0][0] / MB:,.0f} MB, {big_rss:.0f} MB at {pts[-1][0] / MB:,.0f} MB",
+                 f"<= {T_RSS_MB:g} MB, same", verdict(big_rss <= T_RSS_MB and small_rss <= T_RSS_MB and big_rss - small_rss <= 15)])
+
+
+def has_command(name: str) -> bool:
+    return run([KVLOGDIAG, name, "--help"]).rc == 0
+
+
+def section_watch(rows: list, log: dict) -> None:
+    if not has_command("watch"):
+        rows.append(["live pipe", "kvlogdiag watch", None, None, None, "not available (`kvlogdiag watch --help` fails)", "", "n/a"])
+        return
+    path, lines = log["path"], log["lines_read"]
+
+    def through(cmd: list[str]) -> Run:
+        t0 = time.perf_counter()
+        src = subprocess.Popen(["cat", path], stdout=subprocess.PIPE)
+        r = run(cmd, stdin=src.stdout, stderr_path=os.path.join(OUT, "watch.err"))
+        src.stdout.close()
+        src.wait()
+        r.wall = time.perf_counter() - t0
+        return r
+
+    w = through([KVLOGDIAG, "watch"])
+    c = through(["cat"])
+    lps = lines / w.wall
+    rows.append(["live pipe", f"cat LOG | kvlogdiag watch > /dev/null ({lines:,} lines)", w.wall, w.cpu, w.rss,
+                 f"{lps:,.0f} lines/s", f">= {T_WATCH_LPS:,} lines/s", verdict(lps >= T_WATCH_LPS and w.rc in (0, 1))])
+    rows.append(["live pipe", "cat LOG | cat > /dev/null", c.wall, c.cpu, c.rss, f"{lines / c.wall:,.0f} lines/s", "", ""])
+    lat = [watch_latency() for _ in range(5)]
+    ok = [x for x in lat if x is not None]
+    med = statistics.median(ok) if len(ok) == len(lat) else None
+    rows.append(["live pipe", "KV-size line written -> figure on stderr (median of 5)", None, None, None,
+                 f"{med * 1000:.0f} ms" if med is not None else f"no figure within 3 s in {len(lat) - len(ok)} of 5",
+                 f"<= {T_LATENCY_S * 1000:.0f} ms", verdict(med is not None and med <= T_LATENCY_S)])
+
+
+def watch_latency() -> float | None:
+    """Seconds from writing a 'GPU KV cache size' line into watch's stdin to the figure on stderr."""
+    head = gen.startup_v013(2231, 2519, (2522, 2523), 1764405601, {})
+    kv = next(i for i, line in enumerate(head) if " KV cache size: " in line)
+    tokens = f"{gen.KV_TOKENS:,}".encode()
+    p = subprocess.Popen([KVLOGDIAG, "watch"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        p.stdin.write(("\n".join(head[:kv]) + "\n").encode())
+        p.stdin.flush()
+        deadline = time.perf_counter() + 2.0
+        while time.perf_counter() < deadline:  # let it read the start-up; drop what it says about it
+            if select.select([p.stderr], [], [], 0.3)[0]:
+                if not os.read(p.stderr.fileno(), 1 << 16):
+                    return None
+            else:
+                break
+        t0 = time.perf_counter()
+        p.stdin.write((head[kv] + "\n").encode())
+        p.stdin.flush()
+        seen = b""
+        while time.perf_counter() - t0 < 3.0:
+            if select.select([p.stderr], [], [], 0.01)[0]:
+                data = os.read(p.stderr.fileno(), 1 << 16)
+                if not data:
+                    return None
+                seen += data
+                if tokens in seen:
+                    return time.perf_counter() - t0
+        return None
+    finally:
+        try:
+            p.stdin.close()
+        except OSError:
+            pass
+        p.kill()
+        p.wait()
+
+
+def section_scan(rows: list, arch: dict) -> None:
+    if not has_command("scan"):
+        rows.append(["archive", "kvlogdiag scan", None, None, None, "not available (`kvlogdiag scan --help` fails)", "", "n/a"])
+        return
+    folder, n = arch["path"], arch["files"]
+    res = {}
+    for j in (1, 2):
+        r = run([KVLOGDIAG, "scan", "--no-progress", "--fail-on", "never", "-j", str(j), folder], drain=True)
+        res[j] = r
+        fps = n / r.wall
+        rows.append(["archive", f"kvlogdiag scan -j {j} ({n:,} logs, {arch['gzip']:,} gzip)", r.wall, r.cpu, r.rss,
+                     f"{fps:,.0f} logs/s" + ("" if r.rc in (0, 1) else f" (exit {r.rc})"),
+                     f">= {T_SCAN_FPS:g} logs/s" if j == 2 else "", verdict(fps >= T_SCAN_FPS and r.rc in (0, 1)) if j == 2 else ""])
+    speedup = res[1].wall / res[2].wall
+    rows.append(["archive", "speed-up -j 2 / -j 1", None, None, None, f"{speedup:.2f}x", f">= {T_SCAN_SPEEDUP:g}x",
+                 verdict(speedup >= T_SCAN_SPEEDUP)])
+
+
+def section_startup(rows: list, notes: list, small: str) -> None:
+    r = repeat(10, lambda: run(analyze_cmd(small), capture=True))
+    rows.append(["start-up", f"analyze one small log ({os.path.getsize(small):,} B), median of 10", r.wall, r.cpu, r.rss,
+                 f"{r.wall * 1000:.0f} ms", f"<= {T_STARTUP_S * 1000:.0f} ms", verdict(r.wall <= T_STARTUP_S and r.rc in (0, 1))])
+    p = subprocess.run([sys.executable, "-X", "importtime", "-m", "kvlogdiag", "analyze", "--format", "json", small],
+                       capture_output=True, text=True)
+    imports = []
+    for line in p.stderr.splitlines():
+        m = re.match(r"import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)", line)
+        if m:
+            imports.append((int(m.group(2)), len(m.group(3)), m.group(4)))
+    pandas = sorted({name for _, _, name in imports if name == "pandas" or name.startswith("pandas.")})
+    rows.append(["start-up", "pandas not imported by analyze", None, None, None,
+                 "imported: " + ", ".join(pandas[:3]) if pandas else f"{len(imports)} modules, no pandas", "no pandas",
+                 verdict(not pandas)])
+    top = sorted((i for i in imports if i[1] == 1), reverse=True)[:8]  # top-level imports, by cumulative time
+    notes.append("top-level imports of `python -X importtime -m kvlogdiag analyze` (cumulative): "
+                 + ", ".join(f"{name} {us / 1000:.0f} ms" for us, _, name in top))
+
+
+# --- report ---------------------------------------------------------------------------------------
+
+
+def machine() -> dict:
+    model = "?"
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        nproc = subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        nproc = str(os.cpu_count())
+    grep_v = subprocess.run(["grep", "--version"], capture_output=True, text=True).stdout.splitlines()[0]
+    return {"nproc": nproc, "cpu": model, "python": platform.python_version(), "os": platform.platform(),
+            "grep": grep_v, "ram_gb": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30}
+
+
+def render(rows: list) -> list[list]:
+    out = []
+    for sec, case, wall, cpu, rss, figure, target, res in rows:
+        out.append([sec, case, "" if wall is None else f"{wall:.2f}", "" if cpu is None else f"{cpu:.2f}",
+                    "" if rss is None else f"{rss:.0f}", figure, target, res])
+    return out
+
+
+HEADERS = ["section", "case", "wall s", "CPU s", "peak RSS MB", "figure", "target", "result"]
+
+
+def write_doc(table_md: str, info: dict, notes: list, command: str, started: str, load: tuple) -> None:
+    block = [
+        "<!-- bench:begin (written by bench/run.py; edit the text outside these markers) -->",
+        f"Measured {started} with `{command}` "
+        f"(inputs: {info['inputs']}).",
+        "",
+        f"Machine: {info['nproc']} CPUs (`nproc`), {info['cpu']}, {info['ram_gb']:.0f} GiB RAM, {info['os']}; "
+        f"Python {info['python']}; {info['grep']}. Load average at start / end: "
+        f"{load[0][0]:.2f} / {load[1][0]:.2f} (other work on the machine slows wall times; CPU s is less affected).",
+        "",
+        table_md,
+        "",
+        *[f"- {n}" for n in notes],
+        "<!-- bench:end -->",
+    ]
+    text = "\n".join(block)
+    if os.path.exists(DOC):
+        with open(DOC) as fh:
+            old = fh.read()
+        if "<!-- bench:begin" in old and "<!-- bench:end -->" in old:
+            head, rest = old.split("<!-- bench:begin", 1)
+            tail = rest.split("<!-- bench:end -->", 1)[1]
+            text = head + text + tail
+        else:
+            text = old.rstrip() + "\n\n## Results\n\n" + text + "\n"
+    else:
+        text = "# Performance\n\n## Results\n\n" + text + "\n"
+    with open(DOC, "w") as fh:
+        fh.write(text)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description="kvlogdiag performance benchmark")
+    ap.add_argument("--quick", action="store_true", help="small inputs (a smoke test of this script)")
+    ap.add_argument("--no-doc", action="store_true", help="do not rewrite docs/performance.md")
+    args = ap.parse_args()
+    t_start = time.perf_counter()
+    started = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    command = " ".join(shlex.quote(a) for a in [os.path.relpath(sys.executable, ROOT) if sys.executable.startswith(ROOT) else sys.executable,
+                                                 os.path.relpath(os.path.abspath(sys.argv[0]), ROOT), *sys.argv[1:]])
+    load0 = os.getloadavg()
+    os.makedirs(OUT, exist_ok=True)
+    sizes = [1 * MB, 5 * MB, 60 * MB] if args.quick else [10 * MB, 100 * MB, 1000 * MB]
+    n_archive = 500 if args.quick else 10_000
+    reps = 1 if args.quick else 3
+    print(f"kvlogdiag benchmark — {KVLOGDIAG}; inputs in {OUT}", flush=True)
+    logs = [long_log(s) for s in sizes]
+    arch = archive(n_archive)
+    small = os.path.join(arch["path"], "run00002.log")  # a vLLM 0.13 start-up log (gen._KINDS order)
+
+    rows: list = []
+    notes: list = []
+    print("long log ...", flush=True)
+    big = section_long(rows, notes, logs[-1], 2 if not args.quick else 1)
+    print("scaling ...", flush=True)
+    section_scaling(rows, logs, big["kv"], reps)
+    print("live pipe ...", flush=True)
+    section_watch(rows, logs[1])
+    print("archive ...", flush=True)
+    section_scan(rows, arch)
+    print("start-up ...", flush=True)
+    section_startup(rows, notes, small)
+
+    table = render(rows)
+    print()
+    print(tabulate(table, headers=HEADERS, disable_numparse=True))
+    for n in notes:
+        print("-", n)
+    elapsed = time.perf_counter() - t_start
+    print(f"\nbenchmark took {elapsed:.0f} s")
+    info = machine()
+    sizes_txt = ", ".join(f"{os.path.getsize(log['path']) / MB:,.0f} MB" for log in logs)
+    info["inputs"] = (f"long logs of {sizes_txt} (vLLM 0.13 V1, seed 20251129), "
+                      f"{arch['files']:,} small start-up logs ({arch['gzip']:,} gzip, seed 77)")
+    if not args.no_doc:
+        write_doc(tabulate(table, headers=HEADERS, tablefmt="github", disable_numparse=True), info, notes, command,
+                  started, (load0, os.getloadavg()))
+        print(f"wrote {os.path.relpath(DOC, ROOT)}")
+    return 0 if all(r[-1] in ("PASS", "", "n/a") for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
