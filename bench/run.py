@@ -63,13 +63,23 @@ class Run:
         self.wall, self.cpu, self.rss, self.rc, self.out, self.err = wall, cpu, rss_mb, rc, out, err
 
 
+GNU_TIME = "/usr/bin/time" if os.path.exists("/usr/bin/time") else None
+TIME_OUT = os.path.join(OUT, "time.txt")
+
+
 def run(cmd: list[str], stdin=None, capture: bool = False, drain: bool = False, env: dict | None = None,
         stderr_path: str | None = None) -> Run:
-    """Run ``cmd``; with ``drain`` its stdout goes through a pipe that is read and thrown away."""
+    """Run ``cmd``; with ``drain`` its stdout goes through a pipe that is read and thrown away.
+
+    Peak RSS and CPU come from GNU time (``/usr/bin/time``, which forks the command from its own
+    small process), else from ``os.wait4`` — then the RSS of a small command also counts this
+    script's memory, which the child shares until it calls exec.
+    """
+    full = [GNU_TIME, "-o", TIME_OUT, "-f", "%M %U %S", *cmd] if GNU_TIME else cmd
     errf = open(stderr_path, "wb") if stderr_path else subprocess.DEVNULL
     try:
         t0 = time.perf_counter()
-        p = subprocess.Popen(cmd, stdin=stdin, stdout=subprocess.PIPE if (capture or drain) else subprocess.DEVNULL,
+        p = subprocess.Popen(full, stdin=stdin, stdout=subprocess.PIPE if (capture or drain) else subprocess.DEVNULL,
                              stderr=errf, env=env)
         out = b""
         if capture:
@@ -86,7 +96,13 @@ def run(cmd: list[str], stdin=None, capture: bool = False, drain: bool = False, 
     finally:
         if stderr_path:
             errf.close()
-    return Run(wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024.0, p.returncode, out)
+    rss, cpu = ru.ru_maxrss / 1024.0, ru.ru_utime + ru.ru_stime
+    if GNU_TIME:
+        with open(TIME_OUT) as fh:
+            fields = fh.read().split()
+        # GNU time adds "Command exited with non-zero status N" before the format line
+        rss, cpu = float(fields[-3]) / 1024.0, float(fields[-2]) + float(fields[-1])
+    return Run(wall, cpu, rss, p.returncode, out)
 
 
 def median_run(runs: list[Run]) -> Run:

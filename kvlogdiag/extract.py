@@ -73,6 +73,40 @@ def dp_of_rank(rank: str | None) -> int:
     return int(m.group(1)) if m else 0
 
 
+
+def _split_command(cmd: str) -> list[str]:
+    try:
+        return shlex.split(cmd)
+    except ValueError:  # an unbalanced quote in a pasted command: fall back to whitespace
+        return cmd.split()
+
+
+def _parse_cli(toks: list[str], i: int = 0) -> dict[str, Any]:
+    """vLLM command-line flags → args dict (argparse dest names)."""
+    args: dict[str, Any] = {}
+    while i < len(toks):
+        t = toks[i]
+        if t in ("|", "2>&1", "&&", ";", ">", ">>"):
+            break
+        if t.startswith("-"):
+            name, _, val = t.partition("=")
+            dest = _CLI_SHORT.get(name) or name.lstrip("-").replace("-", "_")
+            if dest in _CLI_NEGATABLE and not val:
+                args[_CLI_NEGATABLE[dest]] = dest.startswith("no_") and False
+                i += 1
+                continue
+            if dest in _CLI_BOOL and not val:
+                args[dest] = True
+                i += 1
+                continue
+            if not val and i + 1 < len(toks) and not toks[i + 1].startswith("--"):
+                val = toks[i + 1]
+                i += 1
+            args[dest] = scalar(val) if dest not in ("kv_transfer_config", "additional_config") else parse_json_or_repr(val)
+        i += 1
+    return args
+
+
 class Extractor:
     """Feed lines in order; call `finish` for the facts."""
 
@@ -94,6 +128,7 @@ class Extractor:
         self._stats = next(p for p in pats if p.name == "stats")
         self.listeners: list[Callable[[str, Fact], None]] = []
         self.line_hook: Callable[[Line, Callable[[Line], Fact]], None] | None = None
+        self._cmd_line = -1  # line of a launch command that continues on the next line
 
     # -- plumbing ------------------------------------------------------------------------------
 
@@ -199,37 +234,29 @@ class Extractor:
         self._emit("config", fact)
 
     def _h_user_command(self, m: re.Match, line: Line, fact: Fact) -> None:
-        cmd = m.group("cmd")
-        try:
-            toks = shlex.split(cmd)
-        except ValueError:
-            toks = cmd.split()
-        args: dict[str, Any] = {}
+        cmd = m.group("cmd").rstrip()
+        # a command continued with a trailing backslash: the next flag lines belong to it
+        self._cmd_line = line.number if cmd.endswith("\\") else -1
+        toks = _split_command(cmd.rstrip("\\"))
         i = 0
-        if toks[:2] == ["vllm", "serve"] and len(toks) > 2 and not toks[2].startswith("-"):
-            args["model"] = toks[2]
-            i = 3
-        while i < len(toks):
-            t = toks[i]
-            if t in ("|", "2>&1", "&&", ";", ">", ">>"):
-                break
-            if t.startswith("-"):
-                name, _, val = t.partition("=")
-                dest = _CLI_SHORT.get(name) or name.lstrip("-").replace("-", "_")
-                if dest in _CLI_NEGATABLE and not val:
-                    args[_CLI_NEGATABLE[dest]] = dest.startswith("no_") and False
-                    i += 1
-                    continue
-                if dest in _CLI_BOOL and not val:
-                    args[dest] = True
-                    i += 1
-                    continue
-                if not val and i + 1 < len(toks) and not toks[i + 1].startswith("--"):
-                    val = toks[i + 1]
-                    i += 1
-                args[dest] = scalar(val) if dest not in ("kv_transfer_config", "additional_config") else parse_json_or_repr(val)
-            i += 1
-        self._args_dict(args, fact, "user_command")
+        if toks[:1] == ["docker"]:
+            img = next((k for k, t in enumerate(toks) if "vllm-openai" in t and not t.startswith("-")), None)
+            if img is None:
+                return
+            toks = toks[img + 1:]
+        if "serve" in toks[:3]:
+            k = toks.index("serve")
+            if k + 1 < len(toks) and not toks[k + 1].startswith("-"):
+                toks = ["--model", toks[k + 1], *toks[k + 2:]]
+            else:
+                toks = toks[k + 1:]
+        self._args_dict(_parse_cli(toks, i), fact, "user_command")
+
+    def _h_command_continuation(self, m: re.Match, line: Line, fact: Fact) -> None:
+        if self._cmd_line < 0 or line.number - self._cmd_line > 60:
+            return
+        self._cmd_line = line.number if m.group("cont") else -1
+        self._args_dict(_parse_cli(_split_command(m.group("args")), 0), fact, "user_command")
 
     def _h_vllm_env(self, m: re.Match, line: Line, fact: Fact) -> None:
         for em in self._env_iter(line.text):

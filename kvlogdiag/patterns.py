@@ -76,10 +76,21 @@ pat("rocm_evidence", "all (ROCm builds print device_config=cuda)", ("ROCm", "roc
     r"(?P<evidence>Using ROCmFlashAttention|on ROCm|\[rocm\.py:|librccl|Automatically detected platform rocm|ROCm \d)",
     [("WARNING 03-08 08:22:21 [gpt_oss_triton_kernels_moe.py:56] Using legacy triton_kernels on ROCm", {"evidence": "on ROCm"}),
      ("INFO 05-01 05:25:26 selector.py:38] Using ROCmFlashAttention backend.", {"evidence": "Using ROCmFlashAttention"})])
-pat("user_command", "any (the launch command pasted above a log)", ("vllm serve", "api_server", "vllm.entrypoints", "benchmark_"),
-    r"^(?:[^\s]*[#$] )?(?:\S+=\S+ )*(?P<cmd>(?:vllm serve|python3? -m vllm\.entrypoints\.\S+|python3? \S*(?:api_server|benchmark_\w+)\.py)\b.*)$",
+pat("user_command", "any (the launch command pasted above a log)", ("vllm serve", "api_server", "vllm.entrypoints", "benchmark_", "vllm-openai"),
+    r"^(?:[^\s]*[#$] )?(?:(?:export )?\S+=\S+ )*(?P<cmd>(?:vllm serve|python3? -m vllm\.entrypoints\.\S+|python3? \S*(?:api_server|benchmark_\w+)\.py|docker run .*?vllm-openai\S*)(?:\s.*)?)$",
     [("$ vllm serve /home/models/Qwen3/Qwen3-4B --max-model-len 4096 --gpu-memory-utilization 0.8",
-      {"cmd": "vllm serve /home/models/Qwen3/Qwen3-4B --max-model-len 4096 --gpu-memory-utilization 0.8"})])
+      {"cmd": "vllm serve /home/models/Qwen3/Qwen3-4B --max-model-len 4096 --gpu-memory-utilization 0.8"}),
+     ("docker run --gpus all -p 8000:8000 vllm/vllm-openai:v0.8.5 --model Qwen/Qwen2.5-7B-Instruct -tp 2 \\",
+      {"cmd": "docker run --gpus all -p 8000:8000 vllm/vllm-openai:v0.8.5 --model Qwen/Qwen2.5-7B-Instruct -tp 2 \\"})])
+pat("command_continuation", "any (a launch command continued over several lines with '\\')",
+    ("--max-model-len", "--tensor-parallel-size", "--gpu-memory-utilization", "--block-size", "--kv-cache-dtype",
+     "--max-num-seqs", "--max-num-batched-tokens", "--pipeline-parallel-size", "--data-parallel-size", "-tp ", "-dp ", "-pp ",
+     "--kv-transfer-config", "--additional-config", "hybrid-kv-cache-manager", "--model ", "--enable-prefix-caching",
+     "--enforce-eager", "--prefix-cache-retention-interval", "--enable-chunked-prefill", "partial-prefills",
+     "--long-prefill-token-threshold", "--kv-cache-memory", "--num-gpu-blocks-override", "--quantization"),
+    r"^\s*(?P<args>--?[A-Za-z][\w-]*(?:[= ].*?)?)\s*(?P<cont>\\)?\s*$",
+    [("    --max-model-len 32768 \\", {"args": "--max-model-len 32768", "cont": "\\"}),
+     ("  --gpu-memory-utilization 0.9", {"args": "--gpu-memory-utilization 0.9", "cont": None})])
 pat("vllm_env", "any (env dumps, shell exports, command prefixes)", "VLLM_",
     r"(?<![\w-])(?:export\s+)?(?P<name>VLLM_[A-Z0-9_]+)=(?P<value>\"[^\"]*\"|'[^']*'|[^\s,;)]+)",
     [("export VLLM_PREFIX_CACHE_RETENTION_INTERVAL=4096", {"name": "VLLM_PREFIX_CACHE_RETENTION_INTERVAL", "value": "4096"}),
