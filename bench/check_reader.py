@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Differential check: the reader's fast paths give exactly the lines of a plain reference.
 
-The fast paths in `kvlogdiag.reader` — the keyword finder (`candidate_spans`), the parallel search
+The fast paths in `kvlogdiag.reader` — the keyword finders (`_Finder`, numpy `_BigramFinder`), the parallel search
 of large files (`_parallel_lines`) and the process-prefix cache in `split_envelope` — must not change
 a single line, number, rank or counter. This script compares them with a straightforward reference
 (the reader as it was before the performance work: one regex search per candidate, one chunk at a
@@ -162,10 +162,16 @@ def compare(label: str, data: bytes, pf, chunk_bytes: int, max_line: int, path: 
     reader.CHUNK_BYTES = chunk_bytes
     want, want_st = ref_lines(io.BytesIO(data).read, pf, chunk_bytes, max_line)
     want = as_tuples(want)
-    runs = [("serial", lambda: io.BytesIO(data))]
-    if path is not None and pf is not None:
-        runs.append(("parallel", lambda: open(path, "rb", buffering=chunk_bytes)))
-    for how, opener in runs:
+    big = sys.maxsize
+    runs = [("serial, stdlib finder", 0, big, lambda: io.BytesIO(data))]
+    if pf is not None:
+        runs.append(("serial, regex", big, big, lambda: io.BytesIO(data)))
+        runs.append(("serial, numpy finder", 0, 0, lambda: io.BytesIO(data)))
+        if path is not None:
+            runs.append(("parallel", 0, 0, lambda: open(path, "rb", buffering=chunk_bytes)))
+    for how, finder_after, numpy_after, opener in runs:
+        reader.FINDER_AFTER_BYTES, reader.NUMPY_AFTER_BYTES = finder_after, numpy_after
+        reader._BIGRAM_FINDERS.clear()  # plan from this input's first chunk
         st = LineStats()
         fh = opener()
         try:
@@ -211,7 +217,7 @@ def random_log(rng: random.Random, keywords: list[bytes], n_lines: int, max_line
             else:
                 parts.append(rng.choice(NOISE).encode())
         line = b"".join(parts)
-        if rng.random() < 0.03:
+        if rng.random() < (0.03 if max_line < 10_000 else 0.1):
             line += (b"y" * rng.randint(max_line // 2, 3 * max_line)) + (rng.choice(keywords) if rng.random() < 0.5 else b"")
         lines.append(line)
     data = b"\n".join(lines)
@@ -225,11 +231,11 @@ def main() -> int:
     pf = prefilter()
     keywords = reader._literal_alternatives(pf)
     assert keywords, "the prefilter is not a literal alternation: the finder is off"
-    saved = (reader.MAX_LINE_BYTES, reader.CHUNK_BYTES, reader._FINDER_MIN_CHUNK, reader.PARALLEL_MIN_BYTES,
-             reader.UNIT_CHUNKS, os.environ.get(reader._JOBS_ENV))
+    saved = (reader.MAX_LINE_BYTES, reader.CHUNK_BYTES, reader.FINDER_AFTER_BYTES, reader.PARALLEL_MIN_BYTES,
+             reader.UNIT_CHUNKS, reader.NUMPY_AFTER_BYTES, reader._NUMPY_MIN_CHUNK, os.environ.get(reader._JOBS_ENV))
     checked = 0
     try:
-        reader._FINDER_MIN_CHUNK = 0  # the finder on every chunk, however small
+        reader._NUMPY_MIN_CHUNK = 0  # numpy on every chunk, however small
         reader.PARALLEL_MIN_BYTES = 0
         os.environ[reader._JOBS_ENV] = "2"
         with tempfile.TemporaryDirectory() as tmp:
@@ -259,6 +265,9 @@ def main() -> int:
                 data = fh.read()
             for chunk, max_line, units in ((1 << 16, 1 << 16, 3), (1 << 14, 3000, 2), (1 << 20, 1 << 20, 1)):
                 checked += check("generated", data, chunk, max_line, units)
+            rng = random.Random(999)  # lines longer than the parallel reader's first look-back window
+            data = random_log(rng, keywords, 400, 200_000)
+            checked += check("long lines", data, 1 << 16, 200_000, 2)
             for seed in range(args.seeds):
                 rng = random.Random(seed)
                 max_line = rng.choice((64, 200, 1000, 5000))
@@ -269,13 +278,13 @@ def main() -> int:
         print("MISMATCH:", exc)
         return 1
     finally:
-        (reader.MAX_LINE_BYTES, reader.CHUNK_BYTES, reader._FINDER_MIN_CHUNK, reader.PARALLEL_MIN_BYTES,
-         reader.UNIT_CHUNKS, jobs) = saved
+        (reader.MAX_LINE_BYTES, reader.CHUNK_BYTES, reader.FINDER_AFTER_BYTES, reader.PARALLEL_MIN_BYTES,
+         reader.UNIT_CHUNKS, reader.NUMPY_AFTER_BYTES, reader._NUMPY_MIN_CHUNK, jobs) = saved
         if jobs is None:
             os.environ.pop(reader._JOBS_ENV, None)
         else:
             os.environ[reader._JOBS_ENV] = jobs
-    print(f"ok: {checked} candidate lines identical (serial finder, parallel search, prefix cache)")
+    print(f"ok: {checked} candidate lines identical (stdlib and numpy finders, parallel search, prefix cache)")
     return 0
 
 

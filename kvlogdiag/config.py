@@ -56,12 +56,26 @@ def toml_error_line(exc: Exception, text: str) -> int:
     return max(1, text.count("\n") + (0 if text.endswith("\n") else 1))
 
 
+def nesting_line(text: str, limit: int = 100) -> int:
+    """Line where bracket nesting first passes ``limit`` (where a too-deep TOML document goes wrong)."""
+    depth = 0
+    for n, line in enumerate(text.splitlines(), 1):
+        for ch in line:
+            if ch in "[{":
+                depth += 1
+                if depth > limit:
+                    return n
+            elif ch in "]}":
+                depth = max(0, depth - 1)
+    return 1
+
+
 def _read(path: Path) -> dict:
     try:
         text = path.read_text(encoding="utf-8")
         return tomllib.loads(text)
     except RecursionError:
-        raise ConfigError(f"{path}: invalid TOML: nested too deeply") from None
+        raise ConfigError(f"{path}:{nesting_line(text)}: invalid TOML: nested too deeply") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}:{toml_error_line(exc, text)}: invalid TOML: {exc}") from None
     except (OSError, UnicodeDecodeError) as exc:

@@ -262,6 +262,8 @@ def pair_bytes_per_token(facts: LogFacts, block_size: int | None) -> tuple[list[
             bpt = None
             if tokens and tokens > 0 and gib > 0 and math.isfinite(gib):
                 bpt = gib * GIB / tokens
+                if not (MIN_PLAUSIBLE_BPT <= bpt <= MAX_PLAUSIBLE_BPT):
+                    bpt = None  # explained once in the run's note
             pairs.append({"rank": rank, "available_gib": gib, "tokens": tokens, "bytes_per_token": bpt,
                           "memory_source": kind, "memory_line": mf.line, "tokens_line": tf.line,
                           "dp": dp, "run": run})
@@ -302,11 +304,20 @@ def derive(facts: LogFacts) -> dict[str, Any]:
             bpt = statistics.median(values)
             disagree = True
     if pairs and not values:
-        notes.append("memory figure or token count is zero or negative: bytes per token is undefined")
+        implausible = [p for p in pairs if p["tokens"] and p["tokens"] > 0 and p["available_gib"] > 0]
+        if implausible:
+            x = implausible[0]["available_gib"] * GIB / implausible[0]["tokens"]
+            notes.append(f"the log's figures give {x:.6g} bytes per token, outside any real model "
+                         f"({MIN_PLAUSIBLE_BPT}–{MAX_PLAUSIBLE_BPT:,} B): not reported")
+        else:
+            notes.append("memory figure or token count is zero or negative: bytes per token is undefined")
     if bpt is not None and not (MIN_PLAUSIBLE_BPT <= bpt <= MAX_PLAUSIBLE_BPT):
         notes.append(f"the log's figures give {bpt:.6g} bytes per token, outside any real model "
                      f"({MIN_PLAUSIBLE_BPT}–{MAX_PLAUSIBLE_BPT:,} B): not reported")
         bpt = None
+    if facts.event_count("unreadable_number"):
+        bad = facts.events["unreadable_number"][0]
+        notes.append(f"a KV line holds a number out of any real range (line {bad.line}): that figure is ignored")
     if facts.event_count("num_gpu_blocks_override"):
         notes.append("num_gpu_blocks_override decouples the token count from the memory figure: "
                      "bytes per token cannot be read from this log")

@@ -108,6 +108,22 @@ def rank_label(name: str, pid: str | None) -> str:
 
 def split_envelope(raw: str) -> tuple[str, str | None, dict | None]:
     """Split a decoded, ANSI-free line into (message text, rank, metadata)."""
+    if raw[:1] == "(":
+        # the usual vLLM line: a process prefix at the very start, the same on thousands of lines
+        j = raw.find(")", 1, 300)
+        if j > 0:
+            key = raw[: j + 1]
+            hit = _PREFIX_CACHE.get(key)
+            if hit is None:
+                if len(_PREFIX_CACHE) >= 4096:
+                    _PREFIX_CACHE.clear()
+                m = _PROC.match(key)
+                hit = _PREFIX_CACHE[key] = (
+                    (rank_label(m.group("name"), m.group("pid")), m.group("ip")) if m and m.end() == j + 1 else False
+                )
+            if hit:  # what the general path below finds for a prefix at position 0
+                end = j + 2 if raw[j + 1: j + 2] == " " and j + 1 < 300 else j + 1
+                return raw[end:], hit[0], ({"ip": hit[1]} if hit[1] else None)
     text = raw
     meta: dict | None = None
     if text[:1].isdigit():
@@ -125,22 +141,6 @@ def split_envelope(raw: str) -> tuple[str, str | None, dict | None]:
             if m.group("pid"):
                 meta["pid"] = int(m.group("pid"))
             text = text[m.end():]
-    elif text[:1] == "(":
-        # the usual vLLM line: a process prefix at the very start, the same on thousands of lines
-        j = text.find(")", 1, 300)
-        if j > 0:
-            key = text[: j + 1]
-            hit = _PREFIX_CACHE.get(key)
-            if hit is None:
-                if len(_PREFIX_CACHE) >= 4096:
-                    _PREFIX_CACHE.clear()
-                m = _PROC.match(key)
-                hit = _PREFIX_CACHE[key] = (
-                    (rank_label(m.group("name"), m.group("pid")), m.group("ip")) if m and m.end() == j + 1 else False
-                )
-            if hit:  # what the general path below finds for a prefix at position 0
-                end = j + 2 if j + 1 < 300 and text[j + 1: j + 2] == " " else j + 1
-                return text[end:], hit[0], ({"ip": hit[1]} if hit[1] else None)
     rank = None
     if "pid=" in text[:300]:
         m = _PROC.search(text, 0, 300)
@@ -167,7 +167,8 @@ def make_line(number: int, data: bytes) -> Line:
             # unless that part is empty
             tail = raw.rsplit("\r", 1)[1]
             raw = tail if tail.strip() else raw.replace("\r", " ")
-    raw = strip_ansi(raw)
+    if "\x1b" in raw:
+        raw = _ANSI.sub("", raw)  # strip_ansi, without a call for the usual line
     if "\x00" in raw:
         raw = raw.replace("\x00", "")
     text, rank, meta = split_envelope(raw)
@@ -329,19 +330,22 @@ def _chunks(read, name: str, chunk_bytes: int, carry: bytes = b"", skipping: boo
 # --- fast candidate search ------------------------------------------------------------------
 #
 # The prefilter is an alternation of ~100 literal keywords. `re` tries every alternative at every
-# byte of the input (~10 MB/s), and one `bytes.find` pass per keyword would read a 1 GB log a
-# hundred times. `_Finder` reads it a few times: each keyword is looked up through one of its bytes
-# (its *pivot*), and keywords sharing a pivot are found together —
+# byte (~10 MB/s), and one `bytes.find` pass per keyword would read a 1 GB log a hundred times.
+# Two finders locate the keywords instead, with exactly the same lines as the regex:
 #
-# * a rare pivot (``K``, ``V``, ``M``...) is located with ``bytes.find`` (memchr, ~30 GB/s) and each
-#   occurrence is checked in C with one anchored regex match;
-# * a common pivot gets one `re` pass whose pattern starts with that byte, which `re` scans for with
-#   its fast literal-prefix loop (~4 GB/s) instead of trying every alternative at every byte.
+# * `_Finder` (stdlib): each keyword is looked up through one of its bytes, its *pivot*; keywords
+#   sharing a pivot are found together. A rare pivot is located with ``bytes.find`` (memchr) and each
+#   occurrence checked in C by one anchored regex match; a common pivot gets one `re` pass whose
+#   pattern starts with it (the fast literal-prefix scan). About 8 passes: ~250 MB/s.
+# * `_BigramFinder` (numpy, on large inputs): each keyword is looked up through its rarest *pair of
+#   bytes* in the input; one table lookup per byte position finds every such pair in a chunk, a
+#   4-byte window next to the pair drops most near misses, and each hit left is checked with the
+#   anchored regex. Newlines are found in the same vectorised way. ~1 GB/s.
 #
-# Each pattern is ``pivot`` + the rest of the keyword (as a trie) + a look-behind for the whole
-# keyword, so every match is a real keyword occurrence and the candidate lines are exactly those in
-# which the prefilter regex matches. The pivots are chosen once per prefilter (greedy weighted set
-# cover) from typical byte frequencies of vLLM logs; a poor guess costs time, never a line.
+# The anchored patterns are ``pivot`` + the rest of each keyword (as a trie) + a look-behind for the
+# whole keyword, so a match is a real keyword occurrence; every occurrence of every pivot is tried,
+# so no line is missed. The choice of pivots (greedy weighted set cover over typical byte
+# frequencies, or pair counts in a sample of the input) only costs time when it is a poor guess.
 
 # fraction of bytes in typical vLLM logs (startup + request/access/stats lines); others ~2e-4
 _BYTE_FREQ = {
@@ -359,8 +363,12 @@ _BYTE_FREQ = {
 _RARE_FREQ = 2e-4
 # cost model, ns per input byte: a `re` pass, a memchr pass, and the work per pivot occurrence
 _RE_PASS, _RE_HIT, _FIND_PASS, _FIND_HIT = 0.25, 40.0, 0.03, 250.0
-_FINDER_MIN_CHUNK = 64 << 10  # smaller chunks: the prefilter regex itself is cheap enough
+FINDER_AFTER_BYTES = 256 << 10  # before: the prefilter regex (a finder costs ~20 ms to build)
+NUMPY_AFTER_BYTES = 16 << 20  # after: the numpy finder (importing numpy costs ~0.1 s)
+_NUMPY_MIN_CHUNK = 64 << 10  # smaller chunks: numpy's per-call overhead does not pay
+_KEYWORDS: dict = {}
 _FINDERS: dict = {}
+_BIGRAM_FINDERS: dict = {}
 
 
 def _literal_alternatives(rx: "re.Pattern[bytes]") -> list[bytes] | None:
@@ -408,12 +416,13 @@ def _literal_alternatives(rx: "re.Pattern[bytes]") -> list[bytes] | None:
     return sorted(set(kws))
 
 
-def _trie_source(entries: list[tuple[bytes, bytes]]) -> bytes:
-    """Regex source for (rest, keyword) pairs: match ``rest``, then assert ``keyword`` ends here."""
+def _anchored(pivot: bytes, entries: list[tuple[int, bytes]]) -> "re.Pattern[bytes]":
+    """Regex matching at an occurrence of ``pivot`` that sits at offset ``i`` of keyword ``kw``,
+    for each (i, kw): the rest of the keyword (as a trie), then a look-behind for all of it."""
     root: dict = {}
-    for rest, kw in entries:
+    for i, kw in entries:
         node = root
-        for b in rest:
+        for b in kw[i + len(pivot):]:
             node = node.setdefault(b, {})
         node.setdefault(None, set()).add(kw)
 
@@ -423,11 +432,11 @@ def _trie_source(entries: list[tuple[bytes, bytes]]) -> bytes:
             alts += [b"(?<=" + re.escape(kw) + b")" for kw in sorted(node[None])]
         return alts[0] if len(alts) == 1 else b"(?:" + b"|".join(alts) + b")"
 
-    return emit(root)
+    return re.compile(re.escape(pivot) + emit(root))
 
 
 class _Finder:
-    """Finds, in a chunk, the lines in which any of a set of literal keywords occurs."""
+    """Finds, in a chunk, the lines in which any of a set of literal keywords occurs (stdlib only)."""
 
     __slots__ = ("passes", "probes")
 
@@ -451,8 +460,7 @@ class _Finder:
         self.passes: list["re.Pattern[bytes]"] = []
         self.probes: list[tuple[bytes, "re.Pattern[bytes]"]] = []
         for b, memchr, cover in chosen:
-            src = re.escape(bytes([b])) + _trie_source([(k[k.index(b) + 1:], k) for k in cover])
-            rx = re.compile(src)
+            rx = _anchored(bytes([b]), [(k.index(b), k) for k in cover])
             if memchr:
                 self.probes.append((bytes([b]), rx))
             else:
@@ -487,23 +495,112 @@ class _Finder:
         return out
 
 
+class _BigramFinder:
+    """Numpy version of `_Finder` for large inputs; also finds the newlines.
+
+    ``sample`` (a chunk of the input) decides which pair of bytes stands for each keyword: the one
+    that occurs least in it.
+    """
+
+    def __init__(self, np, keywords: list[bytes], sample: bytes):
+        self.np = np
+        counts = self._pair_counts(sample)
+        freq = {ord(k): v for k, v in _BYTE_FREQ.items()}
+        groups: dict[int, list[tuple[int, bytes]]] = {}
+        for kw in keywords:
+            i = min(range(len(kw) - 1), key=lambda i: (int(counts[kw[i] | kw[i + 1] << 8]),
+                                                      freq.get(kw[i], _RARE_FREQ) * freq.get(kw[i + 1], _RARE_FREQ)))
+            groups.setdefault(kw[i] | kw[i + 1] << 8, []).append((i, kw))
+        self.table = np.zeros(65536, dtype=bool)  # pairs that stand for a keyword
+        self.window = np.zeros(65536, dtype=bool)  # pair has a 4-byte window check
+        self.delta = np.zeros(65536, dtype=np.intp)  # window start - pair start
+        self.want = np.zeros(65536, dtype=np.uint32)  # window bytes, little-endian
+        self.groups = groups
+        self.match: dict[int, object] = {}  # compiled when the pair first occurs (most never do)
+        for code, entries in groups.items():
+            self.table[code] = True
+            if len(entries) == 1 and len(entries[0][1]) >= 4:
+                i, kw = entries[0]
+                w = i + 2 if i + 6 <= len(kw) else (i - 4 if i >= 4 else len(kw) - 4)
+                self.window[code] = True
+                self.delta[code] = w - i
+                self.want[code] = int.from_bytes(kw[w: w + 4], "little")
+
+    def _pair_counts(self, data: bytes):
+        np = self.np
+        a = np.frombuffer(data, dtype=np.uint8)
+        n = len(a)
+        even = np.bincount(a[: n // 2 * 2].view("<u2"), minlength=65536)
+        return even + np.bincount(a[1: 1 + (n - 1) // 2 * 2].view("<u2"), minlength=65536)
+
+    def lines(self, chunk: bytes) -> tuple[list[tuple[int, int, int]], int]:
+        """(newlines before it, start, end) of each candidate line of ``chunk``, and its newlines."""
+        np = self.np
+        n = len(chunk)
+        a = np.frombuffer(chunk, dtype=np.uint8)
+        nl = np.flatnonzero(a == 10)
+        take = self.table.take
+        pos = np.concatenate((np.flatnonzero(take(a[: n // 2 * 2].view("<u2"))) * 2,
+                              np.flatnonzero(take(a[1: 1 + (n - 1) // 2 * 2].view("<u2"))) * 2 + 1))
+        if not len(pos):
+            return [], len(nl)
+        codes = a[pos].astype(np.intp) | a[pos + 1].astype(np.intp) << 8
+        if n >= 4:  # drop the near misses whose 4-byte window differs (vectorised)
+            w = pos + self.delta[codes]
+            wc = np.clip(w, 0, n - 4)
+            got = (a[wc].astype(np.uint32) | a[wc + 1].astype(np.uint32) << 8
+                   | a[wc + 2].astype(np.uint32) << 16 | a[wc + 3].astype(np.uint32) << 24)
+            keep = ~self.window[codes] | ((w == wc) & (got == self.want[codes]))
+            pos, codes = pos[keep], codes[keep]
+        order = np.argsort(pos, kind="stable")
+        match = self.match
+        found = []
+        for p, c in zip(pos[order].tolist(), codes[order].tolist()):
+            m = match.get(c)
+            if m is None:
+                m = match[c] = _anchored(bytes([c & 255, c >> 8]), self.groups[c]).match
+            if m(chunk, p):
+                found.append(p)
+        if not found:
+            return [], len(nl)
+        idx = np.unique(np.searchsorted(nl, found))  # a line's index = newlines before it
+        bounds = np.concatenate(([-1], nl, [n]))  # line i runs from bounds[i] + 1 to bounds[i + 1]
+        return list(zip(idx.tolist(), (bounds[idx] + 1).tolist(), bounds[idx + 1].tolist())), len(nl)
+
+
+def _keywords_for(prefilter: "re.Pattern[bytes]") -> list[bytes] | None:
+    key = (prefilter.pattern, prefilter.flags)
+    if key not in _KEYWORDS:
+        _KEYWORDS[key] = _literal_alternatives(prefilter)
+    return _KEYWORDS[key]
+
+
 def _finder_for(prefilter: "re.Pattern[bytes]") -> _Finder | None:
     key = (prefilter.pattern, prefilter.flags)
     if key not in _FINDERS:
-        kws = _literal_alternatives(prefilter)
+        kws = _keywords_for(prefilter)
         _FINDERS[key] = _Finder(kws) if kws else None
     return _FINDERS[key]
 
 
-def candidate_spans(chunk: bytes, prefilter: "re.Pattern[bytes]") -> list[tuple[int, int]]:
-    """(start, end) of every line of ``chunk`` in which ``prefilter`` matches, in order.
+def _bigram_finder_for(prefilter: "re.Pattern[bytes]", sample: bytes) -> _BigramFinder | None:
+    """The numpy finder (built from the first ``sample`` it is asked with), or None without numpy."""
+    key = (prefilter.pattern, prefilter.flags)
+    if key not in _BIGRAM_FINDERS:
+        finder = None
+        kws = _keywords_for(prefilter)
+        if kws and all(len(k) >= 2 for k in kws):
+            try:
+                import numpy
+            except ImportError:  # numpy comes with pandas; without it the stdlib finder is used
+                numpy = None
+            if numpy is not None:
+                finder = _BigramFinder(numpy, kws, sample)
+        _BIGRAM_FINDERS[key] = finder
+    return _BIGRAM_FINDERS[key]
 
-    ``end`` is the index of the line's ``\\n`` (or ``len(chunk)``). Same lines as searching with the
-    regex itself; for a literal alternation (the catalogue's prefilter) it is much faster.
-    """
-    finder = _finder_for(prefilter) if len(chunk) >= _FINDER_MIN_CHUNK else None
-    if finder is not None:
-        return finder.spans(chunk)
+
+def _regex_spans(chunk: bytes, prefilter: "re.Pattern[bytes]") -> list[tuple[int, int]]:
     out = []
     search, find, rfind = prefilter.search, chunk.find, chunk.rfind
     pos = 0
@@ -517,6 +614,45 @@ def candidate_spans(chunk: bytes, prefilter: "re.Pattern[bytes]") -> list[tuple[
             end = len(chunk)
         out.append((start, end))
         pos = end
+
+
+class ChunkScanner:
+    """The candidate lines of the successive chunks of one stream, found the fastest way that pays.
+
+    ``scan(chunk)`` returns ``([(newlines before the line, start, end), ...], newlines in chunk)``
+    for the lines of ``chunk`` in which ``prefilter`` matches (``end``: the line's ``\\n`` or the end
+    of the chunk) — always the lines the regex itself would find. Which way depends on how much the
+    stream has given so far, or ``size_hint`` (its size, when known): the regex up to
+    `FINDER_AFTER_BYTES` (building a finder costs ~20 ms), then `_Finder`, and from
+    `NUMPY_AFTER_BYTES` numpy for chunks of 64 KiB or more (importing numpy costs ~0.1 s).
+    """
+
+    def __init__(self, prefilter: "re.Pattern[bytes]", size_hint: int = -1):
+        self.prefilter = prefilter
+        self.seen = max(size_hint, 0)  # a known size counts as seen: the finders pay at once
+        self.finder: _Finder | None = None
+        self.bigrams: _BigramFinder | None = None
+        self.no_numpy = False
+
+    def __call__(self, chunk: bytes) -> tuple[list[tuple[int, int, int]], int]:
+        self.seen += len(chunk)
+        big = len(chunk) >= _NUMPY_MIN_CHUNK
+        if big and self.bigrams is None and not self.no_numpy and self.seen > NUMPY_AFTER_BYTES:
+            self.bigrams = _bigram_finder_for(self.prefilter, chunk)
+            self.no_numpy = self.bigrams is None  # no numpy (or not a literal prefilter): stop asking
+        if big and self.bigrams is not None:
+            return self.bigrams.lines(chunk)
+        if self.finder is None and self.seen > FINDER_AFTER_BYTES:
+            self.finder = _finder_for(self.prefilter)
+        spans = self.finder.spans(chunk) if self.finder is not None else _regex_spans(chunk, self.prefilter)
+        out = []
+        count = chunk.count
+        newlines = pos = 0
+        for start, end in spans:
+            newlines += count(b"\n", pos, start)
+            out.append((newlines, start, end))
+            pos = end
+        return out, newlines + count(b"\n", pos)
 
 
 def iter_lines(
@@ -539,9 +675,10 @@ def iter_lines(
             chunks, number = yield from _parallel_lines(fh, name, prefilter, st, *setup)
     if chunks is None:
         chunks = iter_chunks(fh, name)
+    scan = ChunkScanner(prefilter, _file_size(fh)) if prefilter is not None else None
     for chunk in chunks:
         st.bytes += len(chunk)
-        if prefilter is None:
+        if scan is None:
             parts = chunk.split(b"\n")
             if parts and parts[-1] == b"":
                 parts.pop()
@@ -552,17 +689,14 @@ def iter_lines(
                     st.long_lines += 1
                 yield make_line(number, part)
         else:
-            pos = 0
-            count = chunk.count
-            for start, end in candidate_spans(chunk, prefilter):
-                number += count(b"\n", pos, start)
+            found, newlines = scan(chunk)
+            for before, start, end in found:
                 part = chunk[start:end]
                 if len(part) > MAX_LINE_BYTES:
                     part = part[:MAX_LINE_BYTES]
                     st.long_lines += 1
-                yield make_line(number + 1, part)
-                pos = end
-            number += count(b"\n", pos)
+                yield make_line(number + before + 1, part)
+            number += newlines
             if not chunk.endswith(b"\n"):
                 number += 1  # the last line has no newline; it still counts
         st.lines = number
@@ -583,36 +717,53 @@ _JOBS_ENV = "KVLOGDIAG_READ_JOBS"  # reader processes; 1 reads serially
 
 
 def _read_jobs() -> int:
+    """Worker processes for the search: `KVLOGDIAG_READ_JOBS`, else the CPUs this process may use,
+    unless the machine is busy — the main process needs a core of its own to decode and feed lines,
+    and on a loaded machine the extra processes only add their overhead (~+40 % CPU)."""
     env = os.environ.get(_JOBS_ENV, "").strip()
     if env.isdigit():
         return int(env)
     try:
-        return len(os.sched_getaffinity(0))
+        cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # pragma: no cover - platforms without affinity
-        return os.cpu_count() or 1
+        cpus = os.cpu_count() or 1
+    try:
+        idle = cpus - os.getloadavg()[0]
+    except OSError:  # pragma: no cover
+        idle = cpus
+    return cpus if idle >= 1.0 else 1
 
 
 def _parallel_setup(fh: BinaryIO, prefilter: "re.Pattern[bytes]") -> tuple[int, int, int, int] | None:
     """(fd, start offset, units, jobs) when ``fh`` should be searched in parallel, else None."""
-    if not sys.platform.startswith("linux") or _finder_for(prefilter) is None:
+    if not sys.platform.startswith("linux") or _keywords_for(prefilter) is None:
         return None
-    try:
-        fd = fh.fileno()
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size < PARALLEL_MIN_BYTES:
-            return None
-        start = fh.tell()
-    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+    size = _file_size(fh)
+    if size < PARALLEL_MIN_BYTES:
         return None
+    fd, start = fh.fileno(), fh.tell()
     jobs = _read_jobs()
-    units = (info.st_size - start) // (CHUNK_BYTES * UNIT_CHUNKS)
+    units = size // (CHUNK_BYTES * UNIT_CHUNKS)
     if jobs < 2 or units < 2:
         return None
     import multiprocessing
 
     if multiprocessing.parent_process() is not None:  # already a worker (scan -j): stay serial
         return None
+    try:  # build the numpy finder before the workers fork, from the first chunk
+        _bigram_finder_for(prefilter, _pread_exact(fd, min(CHUNK_BYTES, size), start))
+    except OSError:
+        return None
     return fd, start, units, jobs
+
+
+def _file_size(fh: BinaryIO) -> int:
+    """Bytes left in ``fh`` when it is a regular file, else -1 (pipes, decompressed streams)."""
+    try:
+        info = os.fstat(fh.fileno())
+        return info.st_size - fh.tell() if stat.S_ISREG(info.st_mode) else -1
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return -1
 
 
 def _pread_exact(fd: int, size: int, offset: int) -> bytes:
@@ -627,9 +778,13 @@ def _pread_exact(fd: int, size: int, offset: int) -> bytes:
 
 def _state_at(fd: int, start: int, offset: int) -> tuple[bytes, bool]:
     """`iter_chunks`'s (carry, skipping) at chunk boundary ``offset`` of a file read from ``start``."""
-    lo = max(start, offset - MAX_LINE_BYTES - 1)
+    lo = max(start, offset - min(MAX_LINE_BYTES + 1, 64 << 10))  # lines are short: look back a little
     window = _pread_exact(fd, offset - lo, lo)
     nl = window.rfind(b"\n")
+    if nl < 0 and lo > start and offset - lo < MAX_LINE_BYTES + 1:
+        lo = max(start, offset - MAX_LINE_BYTES - 1)
+        window = _pread_exact(fd, offset - lo, lo)
+        nl = window.rfind(b"\n")
     if nl >= 0:
         return window[nl + 1:], False
     line_start = lo
@@ -665,20 +820,21 @@ def _search_unit(fd: int, name: str, prefilter: "re.Pattern[bytes]", start: int,
         pos += n
         return data
 
-    numbers = array.array("q")
+    numbers = array.array("q")  # per candidate line: its number within the unit, its end in `blob`
+    ends = array.array("q")
     parts = []
-    newlines = nbytes = 0
+    newlines = nbytes = size = 0
+    scan = ChunkScanner(prefilter, size_hint=sys.maxsize // 2)  # a large file: the numpy finder
     for chunk in _chunks(read, name, CHUNK_BYTES, carry, skipping, final=False):
         nbytes += len(chunk)
-        at = 0
-        count = chunk.count
-        for s, e in candidate_spans(chunk, prefilter):
-            newlines += count(b"\n", at, s)
-            numbers.append(newlines + 1)
+        found, n = scan(chunk)
+        for before, s, e in found:
+            numbers.append(newlines + before + 1)
             parts.append(chunk[s:e])
-            at = e
-        newlines += count(b"\n", at)
-    return newlines, nbytes, numbers.tobytes(), parts
+            size += e - s
+            ends.append(size)
+        newlines += n
+    return newlines, nbytes, numbers.tobytes(), ends.tobytes(), b"".join(parts)  # one blob: cheap to pickle
 
 
 def _worker_init() -> None:
@@ -702,11 +858,15 @@ def _parallel_lines(fh: BinaryIO, name: str, prefilter: "re.Pattern[bytes]", st:
             while submitted < units and len(pending) < 2 * jobs:  # bounded: memory stays flat
                 pending.append(pool.apply_async(_search_unit, (fd, name, prefilter, start, submitted)))
                 submitted += 1
-            newlines, nbytes, numbers, parts = pending.popleft().get()
+            newlines, nbytes, numbers, ends, blob = pending.popleft().get()
             st.bytes += nbytes
-            rel = array.array("q")
+            rel, stops = array.array("q"), array.array("q")
             rel.frombytes(numbers)
-            for n, part in zip(rel, parts):
+            stops.frombytes(ends)
+            begin = 0
+            for n, stop in zip(rel, stops):
+                part = blob[begin:stop]
+                begin = stop
                 if len(part) > MAX_LINE_BYTES:
                     part = part[:MAX_LINE_BYTES]
                     st.long_lines += 1

@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable
 
 from kvlogdiag.condition import (
     Call, Condition, ConditionError, EvaluationError, FunctionSpec, ListExpr, Literal, Unary, Binary,
-    parse, regex_search,
+    compile_user_regex, parse, regex_search,
 )
 from kvlogdiag.context import NAMES, Options, build_context, version_cmp
 from kvlogdiag.facts import Fact, LogFacts
@@ -181,7 +181,9 @@ def load_rule(path: str, content: bytes | str, builtin: bool = False) -> Rule:
     try:
         data = tomllib.loads(text)
     except RecursionError:
-        raise RuleLoadError(f"{path}: not valid TOML: nested too deeply") from None
+        from kvlogdiag.config import nesting_line
+
+        raise RuleLoadError(f"{path}:{nesting_line(text)}: not valid TOML: nested too deeply") from None
     except tomllib.TOMLDecodeError as exc:
         from kvlogdiag.config import toml_error_line
 
@@ -258,6 +260,11 @@ def load_rule(path: str, content: bytes | str, builtin: bool = False) -> Rule:
         for e in ev:
             if not (e in names or e.startswith("event:") or e.startswith("line:")):
                 raise RuleLoadError(f"{where}: checks[{i}].evidence: unknown name '{e}'")
+            if e.startswith("line:"):
+                try:
+                    compile_user_regex(e[5:])
+                except ConditionError as exc:
+                    raise RuleLoadError(f"{where}: checks[{i}].evidence: {exc}") from None
         checks.append(Check(_parse(where, f"checks[{i}].when", c.get("when"), names), msg, sev, fix, tuple(ev)))
     _check_template(where, "fix", data["fix"], names)
 

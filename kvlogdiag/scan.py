@@ -559,11 +559,9 @@ def write_output(path: str, fmt: str, rows: list[dict]) -> None:
         write_atomic(path, render_rows(fmt, rows))
 
 
-def summary_tables(df, rules_by_code: dict, min_severity: str, elapsed: float, counts: dict) -> str:
+def summary_tables(df, rules_by_code: dict, elapsed: float, counts: dict) -> str:
     """The terminal summary: runs by severity, top rules, bytes per token by model and version."""
     from tabulate import tabulate
-
-    from kvlogdiag.render import SEVERITY_ORDER
 
     out = [f"{len(df)} files ({counts['analysed']} read, {counts['cached']} unchanged from state"
            + (f", {counts['dropped']} dropped from state" if counts.get("dropped") else "")
@@ -582,7 +580,6 @@ def summary_tables(df, rules_by_code: dict, min_severity: str, elapsed: float, c
         order = ["error", "warning", "info", "clean", "unreadable"]
         rows = [[k, int((w == k).sum())] for k in order if int((w == k).sum())]
         out += ["", "Runs by worst finding", tabulate(rows, headers=["severity", "files"], tablefmt="simple")]
-        limit = SEVERITY_ORDER.get(min_severity, 2)
         counter: dict[str, int] = {}
         for codes in df["findings"].dropna():
             for code in dict.fromkeys(str(codes).split(",")):
@@ -590,12 +587,10 @@ def summary_tables(df, rules_by_code: dict, min_severity: str, elapsed: float, c
         top = []
         for code, n in sorted(counter.items(), key=lambda kv: (-kv[1], kv[0])):
             rule = rules_by_code.get(code)
-            sev = rule.max_severity() if rule is not None else "?"
-            if rule is not None and SEVERITY_ORDER.get(sev, 2) > limit:
-                continue
-            top.append([code, rule.name if rule is not None else "", sev, n])
+            top.append([code, rule.name if rule is not None else "", n])
         if top:
-            out += ["", "Top rules", tabulate(top[:15], headers=["rule", "name", "max severity", "files"], tablefmt="simple")]
+            out += ["", "Top rules (files in which each fired)",
+                    tabulate(top[:15], headers=["rule", "name", "files"], tablefmt="simple")]
         ok = df[df["bytes_per_token"].notna()]
         if len(ok):
             g = ok.assign(model=ok["model"].fillna("?"), vllm_version=ok["vllm_version"].fillna("?")) \
@@ -771,7 +766,7 @@ def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, .
     if fmt_out == "table":
         df = to_frame(ordered)
         counts = {"analysed": len(todo), "cached": cached, "dropped": dropped}
-        click.echo(summary_tables(df, analyzer.rules.by_code(), opts.min_severity, time.monotonic() - t0, counts), nl=False)
+        click.echo(summary_tables(df, analyzer.rules.by_code(), time.monotonic() - t0, counts), nl=False)
     else:
         click.echo(render_rows(fmt_out, ordered), nl=False)
     if state_path:
@@ -855,6 +850,10 @@ def _run_pool(todo, analyzer, max_bytes, njobs, rule_errors, done, start_bar) ->
                                initializer=_init_worker, initargs=(analyzer.options, max_bytes))
     try:
         futures = {pool.submit(_work, [(e.source, e.abspath) for e in b]): b for b in batches}
+        # the workers exist now (fork start: all at the first submit); load pandas for the summary meanwhile
+        import threading
+
+        threading.Thread(target=_preload_pandas, daemon=True).start()
         start_bar()
         pending = set(futures)
         while pending:
@@ -873,6 +872,13 @@ def _run_pool(todo, analyzer, max_bytes, njobs, rule_errors, done, start_bar) ->
         raise
     pool.shutdown(wait=True)
     return False
+
+
+def _preload_pandas() -> None:
+    try:
+        import pandas  # noqa: F401
+    except Exception:  # noqa: BLE001 - the main thread reports it when it needs pandas
+        pass
 
 
 def _console():

@@ -116,9 +116,7 @@ class Emitter:
             self.broken = True
 
     def json(self, obj: dict) -> None:
-        from kvlogdiag.render import _clean
-
-        self._write(json.dumps(_clean(obj), ensure_ascii=False, allow_nan=False) + "\n")
+        self._write(json.dumps(_json_safe(obj), ensure_ascii=False, allow_nan=False) + "\n")
 
     def text(self, parts: list[tuple[str, str | None]]) -> None:
         """``parts``: (text, rich style or None); lines separated by "\\n" inside the text."""
@@ -138,6 +136,22 @@ class Emitter:
 
 
 _SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+_SEV_ORDER = {"error": 0, "warning": 1, "info": 2}
+
+
+def _json_safe(obj: Any) -> Any:
+    """JSON-safe copy: non-finite floats → None, tuples/sets → lists, other objects → str."""
+    import math
+
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set)):
+        return [_json_safe(v) for v in obj]
+    if obj is None or isinstance(obj, (str, int, bool)):
+        return obj
+    return str(obj)
 
 
 # --- runtime rate limiting --------------------------------------------------------------------
@@ -272,6 +286,7 @@ class Watcher:
         self.ex = analyzer.new_extractor(source)
         self.ex.listeners.append(self._on_event)
         self.pf = None if analyzer.needs_every_line else prefilter()
+        self.spans = _span_finder()
         # line splitting (analysis side)
         self.number = 0  # complete lines seen
         self.long_lines = 0
@@ -284,7 +299,7 @@ class Watcher:
         self.dirty_since: float | None = None
         self.eval_cost = 0.0
         self.signature: tuple | None = None
-        self.printed: set[tuple[str, Any]] = set()
+        self.printed: set[tuple] = set()  # (rule, line) and (rule, severity, message) already printed
         self.figures_key: tuple | None = None
         self.summary_due: list[tuple[str, Any]] = []
         self.started_runs: set[int] = set()
@@ -292,7 +307,7 @@ class Watcher:
         self.analysis: dict | None = None
         self.runtime: dict[str, _Rate] = {}
         self._all_rule_names: set[str] | None = None
-        self.runtime_findings: list[dict] = []  # severities of runtime findings reported (exit code)
+        self.runtime_findings: list[dict] = []  # runtime reports printed (counted in the summary)
         self.fatal = False
 
     # -- bytes in --------------------------------------------------------------------------------
@@ -391,17 +406,9 @@ class Watcher:
                     self._summaries_due()
             self.number = number
             return
-        search = self.pf.search
-        find, rfind, count = chunk.find, chunk.rfind, chunk.count
+        count = chunk.count
         pos = 0
-        while True:
-            m = search(chunk, pos)
-            if m is None:
-                break
-            start = rfind(b"\n", 0, m.start()) + 1
-            end = find(b"\n", m.end())
-            if end < 0:
-                end = len(chunk)
+        for start, end in self.spans(chunk, self.pf):
             number += count(b"\n", pos, start)
             part = chunk[start:end]
             if len(part) > MAX_LINE_BYTES:
@@ -457,7 +464,7 @@ class Watcher:
                 sum(len(v) for v in f.memory.values()), sum(f.event_counts.values()), len(f.insufficient_kv),
                 f.preemption_warning_count, f.recompute_preemptions, st.preemptions_total, st.kv_usage_high_lines,
                 st.single_running_with_queue, st.kv_usage_max, st.running_max, st.waiting_max, st.lines > 0,
-                st.busy_lines > 0, st.prefix_hit_last, len(st.engines), f.startup_complete is None,
+                st.busy_lines > 0, st.prefix_hit_last is None, len(st.engines), f.startup_complete is None,
                 tuple((k, v[0]) for k, v in f.line_hits.items()))
 
     def _after_chunk(self, now: float) -> None:
@@ -522,9 +529,11 @@ class Watcher:
             if f["line"] is None and not decided:
                 continue  # may depend on something the log has not reached yet
             key = (f["rule"], f["line"])
-            if key in self.printed:
-                continue
+            same = (f["rule"], f["severity"], f["message"])
+            if key in self.printed or same in self.printed:
+                continue  # printed before (or the same words, now cited from a later line)
             self.printed.add(key)
+            self.printed.add(same)
             self._finding(f, kind="rule")
         if self.runtime:
             self._rule_reported(a, now)
@@ -566,11 +575,9 @@ class Watcher:
                         (_figures_text(ev), None)])
 
     def _finding(self, f: dict, kind: str, count: int | None = None, since: float | None = None) -> None:
-        from kvlogdiag.render import SEVERITY_ORDER
-
         if kind == "runtime":
             self.runtime_findings.append(f)
-        if SEVERITY_ORDER.get(f["severity"], 2) > SEVERITY_ORDER.get(self.opts.min_severity, 2):
+        if _SEV_ORDER.get(f["severity"], 2) > _SEV_ORDER.get(self.opts.min_severity, 2):
             return
         if self.emit.fmt == "json":
             ev = {"event": "finding", "kind": kind, "source": self.source, "rule": f.get("rule"), "name": f["name"],
@@ -773,6 +780,30 @@ class Watcher:
         return code
 
 
+def _regex_spans(chunk: bytes, pf) -> list[tuple[int, int]]:
+    out = []
+    search, find, rfind = pf.search, chunk.find, chunk.rfind
+    pos = 0
+    while True:
+        m = search(chunk, pos)
+        if m is None:
+            return out
+        start = rfind(b"\n", 0, m.start()) + 1
+        end = find(b"\n", m.end())
+        if end < 0:
+            end = len(chunk)
+        out.append((start, end))
+        pos = end
+
+
+def _span_finder() -> Callable:
+    """The reader's candidate-line finder (same lines as searching with the prefilter, much faster on
+    large chunks); the plain regex search where the reader has none."""
+    from kvlogdiag import reader
+
+    return getattr(reader, "candidate_spans", None) or _regex_spans
+
+
 def _figures_text(ev: dict) -> str:
     from kvlogdiag.render import fmt_bpt, fmt_gib
 
@@ -848,6 +879,34 @@ def _grow_pipe(fd: int) -> None:
         pass
 
 
+def _read_batch(fd: int, w: Watcher) -> tuple[bytes, bool]:
+    """What ``fd`` has now, up to READ_BYTES: one read, plus more while more is ready at once (a fast
+    writer then gives large chunks, which the candidate-line finder searches fastest). (data, eof)."""
+    import select
+
+    parts: list[bytes] = []
+    total = 0
+    while total < READ_BYTES:
+        try:
+            data = os.read(fd, READ_BYTES - total)
+        except BlockingIOError:
+            break
+        except OSError as exc:
+            w.note(f"reading stdin failed: {exc.strerror or exc}", kind="error")
+            return b"".join(parts), True
+        if not data:
+            return b"".join(parts), True
+        parts.append(data)
+        total += len(data)
+        try:
+            ready, _, _ = select.select([fd], [], [], 0)
+        except (OSError, ValueError):
+            break
+        if not ready:
+            break
+    return (parts[0] if len(parts) == 1 else b"".join(parts)), False
+
+
 def run_stdin(w: Watcher, in_fd: int, sig: _Signals) -> int:
     import select
 
@@ -873,18 +932,12 @@ def run_stdin(w: Watcher, in_fd: int, sig: _Signals) -> int:
                 stop_sig = sig.received[0]
                 stop_at = w.clock() + SIGNAL_GRACE_S
         if in_fd in ready:
-            try:
-                data = os.read(in_fd, READ_BYTES)
-            except BlockingIOError:
-                data = None
-            except OSError as exc:
-                w.note(f"reading stdin failed: {exc.strerror or exc}", kind="error")
-                data = b""
-            if data == b"":
-                w.end_of_file_part()
-                break
+            data, eof = _read_batch(in_fd, w)
             if data:
                 w.take(data)
+            if eof:
+                w.end_of_file_part()
+                break
         w.tick()
         if stop_at is not None and w.clock() >= stop_at:
             break
@@ -989,7 +1042,12 @@ def watch(follow: str | None, from_end: bool, no_echo: bool, fmt: str, repeat_af
             finally:
                 src.close()
         else:
-            code = run_stdin(w, sys.stdin.fileno(), sig)
+            try:
+                in_fd = sys.stdin.fileno()
+                os.fstat(in_fd)
+            except (AttributeError, ValueError, OSError):  # stdin closed (`<&-`): an empty input
+                in_fd = os.open(os.devnull, os.O_RDONLY)
+            code = run_stdin(w, in_fd, sig)
     except StdoutClosed:
         _quiet_stdout()
         code = EXIT_EPIPE

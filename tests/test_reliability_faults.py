@@ -333,7 +333,7 @@ def test_scan_killed_halfway_keeps_the_previous_state_and_resumes(tmp_path):
     t0 = time.perf_counter()
     p = subprocess.run(scan_cmd(str(tree), "-j", "1", "--state", str(state), "-o", str(tmp_path / "r1.json")),
                        capture_output=True, text=True, timeout=120)
-    t500 = time.perf_counter() - t0
+    t_first = time.perf_counter() - t0
     assert p.returncode in (0, 1), p.stderr
     before = state.read_bytes()
     assert len(load_state(str(state))["files"]) == len(first)
@@ -343,7 +343,7 @@ def test_scan_killed_halfway_keeps_the_previous_state_and_resumes(tmp_path):
     make_tree(tree, 3000, start=300)
     proc = subprocess.Popen(scan_cmd(str(tree), "-j", "1", "--state", str(state), "-o", str(tmp_path / "r2.json")),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    time.sleep(t500 * 1.5)
+    time.sleep(t_first * 1.5)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     assert proc.returncode == -signal.SIGKILL, "the scan finished before it was killed: make the tree bigger"

@@ -159,6 +159,20 @@ def test_interleaved_real_lines_from_all_versions_and_ranks(lines):
         assert p["bytes_per_token"] is None or math.isfinite(p["bytes_per_token"])
 
 
+@settings(max_examples=25, **HYP)
+@given(st.lists(st.tuples(st.sampled_from(_PREFIXES), st.sampled_from(POOL)), max_size=120))
+def test_interleaved_real_lines_through_estimate_and_report(lines):
+    data = b"".join(p + ln + b"\n" for p, ln in lines)
+    for args in (["estimate", "--log", "-"], ["report", "--fail-on", "never", "-"]):
+        if args[0] not in cli.commands:
+            continue
+        r = cli_run(args, data)
+        assert r.exit_code in (0, 1, 2)
+        if r.exit_code == 2:  # estimate: nothing to estimate from is a usage error, said in one line
+            assert r.stderr.startswith("kvlogdiag: error: ") or r.stderr.startswith("Usage:"), r.stderr
+        assert NONSENSE.search(r.stdout) is None, r.stdout
+
+
 @settings(max_examples=60, **HYP)
 @given(st.lists(st.tuples(st.integers(0, TP4_BYTES.count(b"\n")),
                           st.one_of(st.sampled_from(NOISE), st.binary(max_size=200).filter(lambda b: not PF.search(b)))),
@@ -401,6 +415,27 @@ _RSS_SCRIPT = r"""
 import json, os, resource, sys, time, io
 from kvlogdiag.analysis import Analyzer
 from kvlogdiag.rule_engine import load_rule, RuleSet, load_rules
+
+def rss_kib():
+    return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def reset_peak():
+    '''Reset the peak RSS (VmHWM) to the current RSS (Linux >= 4.0); else the peak keeps the import-time one.'''
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def peak_kib():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
 path, tp4, mode = sys.argv[1], sys.argv[2], sys.argv[3]
 if mode == "every-line":  # a user rule with any_line(): the reader must hand every line over
     rules = load_rules()
@@ -409,12 +444,13 @@ if mode == "every-line":  # a user rule with any_line(): the reader must hand ev
 else:
     an = Analyzer()
 an.analyze_source(tp4)  # warm-up: everything imported and compiled
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+reset = reset_peak()  # measure the peak of this analysis alone, from the RSS it starts with
+before = rss_kib()
 t0 = time.perf_counter()
 a = an.analyze_source(path)
 dt = time.perf_counter() - t0
-after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(json.dumps({"before_kib": before, "after_kib": after, "seconds": dt, "lines_read": a["lines_read"],
+after = peak_kib()
+print(json.dumps({"before_kib": before, "after_kib": after, "peak_reset": reset, "seconds": dt, "lines_read": a["lines_read"],
                   "bpt": a["kv_cache"]["bytes_per_token"], "available": a["kv_cache"]["available_gib"]}))
 """
 
@@ -447,10 +483,10 @@ def test_100_mb_line_memory_stays_flat(tmp_path, mode):
     path = tmp_path / "long.log"
     _hundred_mb_line(path)
     m = _run_script(_RSS_SCRIPT, str(path), str(TP4), mode)
-    growth_mib = (m["after_kib"] - m["before_kib"]) / 1024
+    growth_mib = (m["after_kib"] - m["before_kib"]) / 1024  # peak during the analysis - RSS before it
     MEASURED[f"100MB line {mode}"] = m
     print(f"\n100 MB line ({mode}): RSS growth {growth_mib:.1f} MiB, {m['seconds']:.2f} s")
-    assert growth_mib < 40, m  # the line itself is 100 MiB: buffering it would show
+    assert growth_mib < 64, m  # the line itself is 100 MiB (buffering it, or its decoded text, would show)
     assert m["lines_read"] == TP4_BYTES.count(b"\n") + 1
     assert m["available"] == TP4_FULL["kv_cache"]["available_gib"]
     assert m["bpt"] == TP4_FULL["kv_cache"]["bytes_per_token"]
@@ -562,11 +598,15 @@ def bomb(tmp_path_factory) -> Path:
     return path
 
 
-def test_decompression_bomb_stopped_by_max_bytes(bomb):
+@pytest.mark.parametrize("command", ["analyze", "report"])
+def test_decompression_bomb_stopped_by_max_bytes(bomb, command):
+    if command not in cli.commands:
+        pytest.skip(f"kvlogdiag {command} does not exist yet")
     t0 = time.perf_counter()
-    r = cli_run(["analyze", "--max-bytes", "10000000", str(bomb)])
+    r = cli_run([command, "--max-bytes", "10000000", str(bomb)])
     dt = time.perf_counter() - t0
     assert r.exit_code == 2
+    assert r.stdout.strip() == ""  # (report prints one empty line: cosmetic)
     assert r.stderr.strip() == f"kvlogdiag: error: {bomb}: more than the decompressed-size cap (--max-bytes); stopped"
     assert dt < 5
 
@@ -588,12 +628,33 @@ def test_default_cap_is_finite_everywhere():
 
 
 _BOMB_SCRIPT = r"""
-import json, resource, sys, time
+import json, os, resource, sys, time
 from kvlogdiag.analysis import Analyzer
+
+def rss_kib():
+    return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def reset_peak():
+    '''Reset the peak RSS (VmHWM) to the current RSS (Linux >= 4.0); else the peak keeps the import-time one.'''
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def peak_kib():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
 an = Analyzer(); an.analyze_source(sys.argv[2])
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+reset = reset_peak(); before = rss_kib()
 t0 = time.perf_counter(); a = an.analyze_source(sys.argv[1]); dt = time.perf_counter() - t0
-print(json.dumps({"before_kib": before, "after_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+print(json.dumps({"before_kib": before, "after_kib": peak_kib(), "peak_reset": reset,
                   "seconds": dt, "lines_read": a["lines_read"]}))
 """
 
@@ -607,7 +668,7 @@ def test_bomb_under_the_default_cap_reads_in_flat_memory(tmp_path):
     MEASURED["512 MiB newline bomb"] = m
     print(f"\n512 MiB newline bomb, default cap: {m['seconds']:.2f} s, RSS growth {growth:.1f} MiB")
     assert m["lines_read"] == size
-    assert growth < 40
+    assert growth < 64  # the input is 512 MiB
 
 
 def test_bomb_is_an_error_row_in_scan(bomb, tmp_path):
@@ -617,13 +678,13 @@ def test_bomb_is_an_error_row_in_scan(bomb, tmp_path):
     tree.mkdir()
     (tree / "good.log").write_bytes(TP4_BYTES)
     (tree / "bomb.log.gz").write_bytes(bomb.read_bytes())
-    r = CliRunner().invoke(cli, ["scan", "--max-bytes", "10000000", "--format", "json", str(tree)])
-    assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
-    rows = json.loads(r.stdout)
-    rows = rows.get("rows", rows) if isinstance(rows, dict) else rows
-    assert len(rows) == 2
-    bad = [row for row in rows if "bomb" in json.dumps(row)]
-    assert bad and "cap" in json.dumps(bad[0])
+    out = tmp_path / "rows.json"
+    r = cli_run(["scan", "--no-progress", "--max-bytes", "10000000", "-o", str(out), str(tree)])
+    assert r.exit_code in (0, 1), r.stderr  # an unreadable file is a row, not exit 2
+    rows = {Path(row["source"]).name: row for row in json.loads(out.read_text())}
+    assert set(rows) == {"good.log", "bomb.log.gz"}
+    assert rows["good.log"]["error"] is None
+    assert "cap" in rows["bomb.log.gz"]["error"]
 
 
 # --- numbers out of range (cases tests/test_numbers_out_of_range.py does not have) --------------
@@ -647,17 +708,17 @@ _RANK_BPT = pytest.mark.xfail(strict=True, reason=(
 
 NUMBER_CASES = {
     "tokens-2**70": (f"{HEAD}Available KV cache memory: 37.01 GiB\n{HEAD}GPU KV cache size: {2**70:,} tokens\n",
-                     "outside any real model", [_RANK_BPT]),
+                     "out of any real range", []),
     "gib-400-digits": (f"{HEAD}Available KV cache memory: {BIG}.5 GiB\n{HEAD}GPU KV cache size: 1,000 tokens\n",
-                       None, [_INF_FLOAT]),
-    "concurrency-400-digits": (KV_OK + f"{HEAD}Maximum concurrency for 32,768 tokens per request: {BIG}x\n", "", [_INF_FLOAT]),
+                       None, []),
+    "concurrency-400-digits": (KV_OK + f"{HEAD}Maximum concurrency for 32,768 tokens per request: {BIG}x\n", "", []),
     "needed-gib-400-digits": (
         "ValueError: To serve at least one request with the models's max seq len (215000), (" + BIG +
         ".25 GiB KV cache is needed, which is larger than the available KV cache memory (9.43 GiB). Based on the "
         "available memory, the estimated maximum model length is 77328. Try increasing `gpu_memory_utilization`\n",
-        None, [_INF_FLOAT]),
+        None, []),
     "ascend-bytes-400-digits": (f"{HEAD}Available memory: {BIG}, total memory: {BIG}\n{HEAD}NPU KV cache size: 100 tokens\n",
-                                None, [_ASCEND_OVERFLOW]),
+                                None, []),
     "ascend-bytes-negative": (f"{HEAD}Available memory: -5, total memory: 0\n{HEAD}NPU KV cache size: 100 tokens\n",
                               "zero or negative", []),
     "v0-blocks-zero": ("INFO x args: Namespace(block_size=16, max_model_len=4096)\n"
@@ -667,7 +728,7 @@ NUMBER_CASES = {
                         "initial_memory_usage=8.19GiB peak_torch_memory=8.70GiB memory_usage_post_profile=8.26GiB "
                         "non_torch_memory=0.73GiB kv_cache_size=30.55GiB gpu_memory_utilization=0.90\n"
                         f"INFO 10-24 09:14:14 gpu_executor.py:122] # GPU blocks: {2**70}, # CPU blocks: 0\n",
-                        "outside any real model", [_RANK_BPT]),
+                        "out of any real range", []),
     "args-nan-and-zero": ("(APIServer pid=1) INFO 07-03 14:17:08 [utils.py:328] non-default args: "
                           "{'gpu_memory_utilization': float('nan'), 'max_model_len': 0, 'max_num_seqs': -1, 'block_size': 0}\n"
                           + KV_OK, "", []),
@@ -698,11 +759,6 @@ def test_numbers_out_of_range_never_crash_or_print_nonsense(case):
         assert "0 B (0.0 KiB)" not in r.stdout, args
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: the report's capacity table trusts a token count whose bytes per token was rejected as "
-    "implausible: 2**70 tokens -> '288,230,376,151,711,744' 4K requests fit; fix report._capacity: when "
-    "analysis['kv_cache']['bytes_per_token'] is None and bytes_per_token_note says 'outside any real model', "
-    "leave the capacity rows empty with that note"))
 def test_report_capacity_of_an_implausible_token_count():
     r = cli_run(["report", "--fail-on", "never", "-"], NUMBER_CASES["tokens-2**70"][0].encode())
     assert "288,230,376,151,711,744" not in r.stdout
