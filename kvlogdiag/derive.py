@@ -32,7 +32,7 @@ _SOURCE_PRIORITY = {
     "non_default_args": 50, "args_namespace": 45, "engine_config": 40, "block_size_line": 55,
     "free_memory_report": 30, "cuda_graph_equivalent": 29, "util_too_high_start": 28, "v0_profile": 27,
     "chunked_prefill_line": 30, "partial_prefill_line": 30, "using_max_model_len": 20,
-    "server_version": 15, "logo": 14, "user_command": 10, "ascend_config": 5,
+    "server_version": 15, "logo": 14, "user_command": 10, "ascend_config": 5, "prose": 3,
 }
 _ENGINE_FIRST = {"max_model_len": 60, "model": 60, "kv_cache_dtype": 60}
 
@@ -140,9 +140,6 @@ def resolve_engine(facts: LogFacts, version: str | None) -> str | None:
     explicit = [f for f in facts.engine if f.source == "engine_config"]
     if explicit:
         return explicit[0].value
-    v = parse_version(version)
-    if v is not None and v >= (0, 11):
-        return "v1"
     kinds = [f.value for f in facts.engine]
     if not kinds:
         if facts.available or facts.stats.engines:
@@ -273,6 +270,11 @@ def pair_bytes_per_token(facts: LogFacts, block_size: int | None) -> tuple[list[
 def derive(facts: LogFacts) -> dict[str, Any]:
     """Turn facts into the analysis dictionary (without findings) and the rule namespace."""
     cfg, chosen, conflicts = resolve_config(facts)
+    lens = sorted({f.value[0] for f in facts.concurrency})
+    if len(lens) > 1 and facts.runs > 1:
+        # several server starts with different lengths ('Maximum concurrency for L tokens'): no one value
+        conflicts.setdefault("max_model_len", lens)
+        cfg["max_model_len"] = None
     version = resolve_version(facts)
     vt = parse_version(version)
     engine = resolve_engine(facts, version)

@@ -155,6 +155,31 @@ def _stats_search(rx: re.Pattern, text: str) -> re.Match | None:
     return rx.search(text, start)
 
 
+_TABLES: tuple | None = None
+
+
+def _dispatch_tables() -> tuple[list[Pattern], dict[str, list[Pattern]], re.Pattern[str]]:
+    """Patterns, keyword → patterns, and one regex over all keywords (built once per process).
+
+    The keyword regex finds non-overlapping matches, longest first, so a keyword that lies inside a
+    longer one ("max seq len" in "max seq len (") is never reported on its own: each keyword therefore
+    also dispatches the patterns of every keyword it contains."""
+    global _TABLES
+    if _TABLES is None:
+        pats = catalogue()
+        own: dict[str, list[Pattern]] = {}
+        for p in pats:
+            for kw in p.keywords:
+                own.setdefault(kw, []).append(p)
+        by_kw: dict[str, list[Pattern]] = {}
+        for kw in own:
+            lst = [p for k, ps in own.items() if k in kw for p in ps]
+            by_kw[kw] = list({p.name: p for p in lst}.values())
+        kws = sorted(by_kw, key=len, reverse=True)
+        _TABLES = (pats, by_kw, re.compile("|".join(re.escape(k) for k in kws)))
+    return _TABLES
+
+
 class Extractor:
     """Feed lines in order; call `finish` for the facts."""
 
@@ -163,20 +188,18 @@ class Extractor:
         self.kv_high = kv_usage_high_pct
         self._run = 0
         self._run_has_kv = False
-        pats = catalogue()
-        self._by_kw: dict[str, list[Pattern]] = {}
-        for p in pats:
-            for kw in p.keywords:
-                self._by_kw.setdefault(kw, []).append(p)
-        kws = sorted(self._by_kw, key=len, reverse=True)
-        self._kw_re = re.compile("|".join(re.escape(k) for k in kws))
+        pats, self._by_kw, self._kw_re = _dispatch_tables()
         self._handlers: dict[str, Callable[[re.Match, Line, Fact], None]] = {
             p.name: getattr(self, "_h_" + p.name) for p in pats
         }
         self._stats = next(p for p in pats if p.name == "stats")
         self.listeners: list[Callable[[str, Fact], None]] = []
         self.line_hook: Callable[[Line, Callable[[Line], Fact]], None] | None = None
-        self._cmd_line = -1  # line of a launch command that continues on the next line
+        self._cmd_line = -1  # line of the last launch-command line
+        self._cmd_cont = False  # that line ended with a backslash
+        self._ikv_parts: list[tuple[int, str, Fact]] = []  # a split insufficient-KV message
+        self._ikv_fact: Fact | None = None
+        self._ikv_regex = next(p.regex for p in pats if p.name == "insufficient_kv")
 
     # -- plumbing ------------------------------------------------------------------------------
 
@@ -284,7 +307,7 @@ class Extractor:
     def _h_user_command(self, m: re.Match, line: Line, fact: Fact) -> None:
         cmd = m.group("cmd").rstrip()
         # a command continued with a trailing backslash: the next flag lines belong to it
-        self._cmd_line = line.number if cmd.endswith("\\") else -1
+        self._cmd_line, self._cmd_cont = line.number, cmd.endswith("\\")
         toks = _split_command(cmd.rstrip("\\"))
         i = 0
         if toks[:1] == ["docker"]:
@@ -301,9 +324,11 @@ class Extractor:
         self._args_dict(_parse_cli(toks, i), fact, "user_command")
 
     def _h_command_continuation(self, m: re.Match, line: Line, fact: Fact) -> None:
-        if self._cmd_line < 0 or line.number - self._cmd_line > 60:
+        # after a backslash the command goes on (lines without known flags in between are skipped by the
+        # reader); without one, only flag lines right below it (a YAML block, a wrapped paste) belong to it
+        if self._cmd_line < 0 or line.number - self._cmd_line > (60 if self._cmd_cont else 2):
             return
-        self._cmd_line = line.number if m.group("cont") else -1
+        self._cmd_line, self._cmd_cont = line.number, bool(m.group("cont"))
         self._args_dict(_parse_cli(_split_command(m.group("args")), 0), fact, "user_command")
 
     def _h_vllm_env(self, m: re.Match, line: Line, fact: Fact) -> None:
@@ -344,6 +369,15 @@ class Extractor:
         plat = _DEVICE_PLATFORM.get(name)
         if plat:
             self.facts.platform.append(self._with(fact, plat, "platform_line"))
+
+    def _h_npu_evidence(self, m, line, fact):
+        self.facts.platform.append(self._with(fact, "npu", "npu_evidence"))
+
+    def _h_prose_model(self, m, line, fact):
+        self._config("model", fact, m.group("model"), "prose")
+
+    def _h_llm_constructor(self, m, line, fact):
+        self._config("model", fact, m.group("model"), "user_command")
 
     def _h_rocm_evidence(self, m, line, fact):
         self.facts.platform.append(self._with(fact, "rocm", "rocm_evidence"))
@@ -403,7 +437,7 @@ class Extractor:
         f = self._with(fact, blocks)
         self.facts.blocks.append(f)
         dev = m.group("device")
-        plat = {"cuda": "cuda", "npu": "npu", "rocm": "rocm", "TPU": "tpu", "HPU": "hpu", "xpu": "xpu", "XPU": "xpu"}.get(dev)
+        plat = {"cuda": "cuda", "npu": "npu", "rocm": "rocm", "tpu": "tpu", "hpu": "hpu", "xpu": "xpu"}.get(dev.lower())
         if plat:
             self.facts.platform.append(self._with(fact, plat, "blocks_device"))
         self.facts.engine.append(self._with(fact, "v0", "gpu_blocks"))
@@ -511,12 +545,41 @@ class Extractor:
     # -- errors --------------------------------------------------------------------------------
 
     def _h_insufficient_kv(self, m, line, fact):
+        self._record_insufficient(m, fact)
+
+    def _record_insufficient(self, m, fact: Fact) -> Fact:
         val = {"max_seq_len": _int(m.group("max_seq_len")), "needed_gib": _float(m.group("needed")),
                "available_gib": _float(m.group("available")), "estimated_max_len": _int(m.group("estimate"))}
-        f = self._with(fact, val)
+        f = self._with(fact, val, "insufficient_kv")
         self.facts.insufficient_kv.append(f)
+        self.facts.engine.append(self._with(fact, "v1", "insufficient_kv"))  # this wording is V1's kv_cache_utils
         self._kv_seen()
         self._emit("insufficient_kv", f)
+        return f
+
+    _HEAD = re.compile(r"^\s*(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d (?:\[[^\]]*\] |\S+\] )?)?")
+
+    def _h_insufficient_kv_part(self, m, line, fact):
+        """The insufficient-KV message split over lines (newer vLLM, wrapped pastes): join nearby parts."""
+        done = self.facts.insufficient_kv[-1] if self.facts.insufficient_kv else None
+        if done is not None and done.line == line.number:
+            return  # the whole message was on this line
+        part = (line.number, self._HEAD.sub("", line.text).strip(), fact)
+        if "max seq len" in line.text and "max seq len" not in " ".join(p[1] for p in self._ikv_parts[-1:]):
+            self._ikv_parts, self._ikv_fact = [part], None
+        elif self._ikv_parts and line.number - self._ikv_parts[-1][0] <= 2:
+            self._ikv_parts.append(part)
+        else:
+            return
+        full = self._ikv_regex.search(" ".join(p[1] for p in self._ikv_parts))
+        if full is None:
+            if len(self._ikv_parts) >= 5:
+                self._ikv_parts = []
+            return
+        if self._ikv_fact is None:
+            self._ikv_fact = self._record_insufficient(full, self._ikv_parts[0][2])
+        elif self._ikv_fact.value["estimated_max_len"] is None and full.group("estimate"):
+            self._ikv_fact.value["estimated_max_len"] = _int(full.group("estimate"))  # it came on a later line
 
     def _h_insufficient_kv_v0(self, m, line, fact):
         val = {"max_seq_len": _int(m.group("max_seq_len")), "needed_gib": None, "available_gib": None,

@@ -76,10 +76,23 @@ pat("rocm_evidence", "all (ROCm builds print device_config=cuda)", ("ROCm", "roc
     r"(?P<evidence>Using ROCmFlashAttention|on ROCm|\[rocm\.py:|librccl|Automatically detected platform rocm|ROCm \d)",
     [("WARNING 03-08 08:22:21 [gpt_oss_triton_kernels_moe.py:56] Using legacy triton_kernels on ROCm", {"evidence": "on ROCm"}),
      ("INFO 05-01 05:25:26 selector.py:38] Using ROCmFlashAttention backend.", {"evidence": "Using ROCmFlashAttention"})])
+pat("npu_evidence", "vLLM-Ascend (any version)", ("torch_npu", "torch.npu.", "vllm_ascend", "vllm-ascend", "[model_runner_v1.py:", "[worker_v1.py:"),
+    r"(?P<evidence>torch_npu|torch\.npu\.|vllm_ascend|vllm-ascend|\[model_runner_v1\.py:|\[worker_v1\.py:)",
+    [("(Worker_TP0 pid=2) ERROR 06-01 10:00:00 [multiproc_executor.py:824]     torch.npu.synchronize()", {"evidence": "torch.npu."}),
+     ("INFO 06-01 10:00:00 [model_runner_v1.py:2233] Loading model weights took 28.4835 GB", {"evidence": "[model_runner_v1.py:"})])
+pat("prose_model", "any (a 'MODEL: org/name' line in a pasted report)", ("MODEL", "Model", "model:"),
+    r"^\s*(?:[-*]\s+)?\**(?:MODEL|Model|model)\**\s*[:=]\s*\**`?(?P<model>[\w.-]+/[\w.-]+)`?\**\s*$",
+    [("MODEL: meta-llama/Llama-3.1-8B-Instruct", {"model": "meta-llama/Llama-3.1-8B-Instruct"}),
+     ("- **Model**: `Qwen/Qwen3-32B`", {"model": "Qwen/Qwen3-32B"})])
+pat("llm_constructor", "offline use (a pasted Python LLM(...) call)", "LLM(",
+    r"\bLLM\(\s*model\s*=\s*(?P<q>[\"'])(?P<model>[^\"']+)(?P=q)",
+    [("llm = LLM(model=\"facebook/opt-125m\", gpu_memory_utilization=0.5)", {"model": "facebook/opt-125m"})])
 pat("user_command", "any (the launch command pasted above a log)", ("vllm serve", "api_server", "vllm.entrypoints", "benchmark_", "vllm-openai"),
-    r"^(?:[^\s]*[#$] )?(?:(?:export )?\S+=\S+ )*(?P<cmd>(?:vllm serve|python3? -m vllm\.entrypoints\.\S+|python3? \S*(?:api_server|benchmark_\w+)\.py|docker run .*?vllm-openai\S*)(?:\s.*)?)$",
+    r"^\s*(?:\([\w.-]+\)\s+)?(?:\S*[#$>]\s+)?(?:(?:export )?\S+=\S+ )*(?P<cmd>(?:vllm serve|python3? -m vllm\.entrypoints\.\S+|python3? \S*(?:api_server|benchmark_\w+)\.py|docker run .*?vllm-openai\S*)(?:\s.*)?)$",
     [("$ vllm serve /home/models/Qwen3/Qwen3-4B --max-model-len 4096 --gpu-memory-utilization 0.8",
       {"cmd": "vllm serve /home/models/Qwen3/Qwen3-4B --max-model-len 4096 --gpu-memory-utilization 0.8"}),
+     ("(qwen25vl) lzh@host:~/Code$ vllm serve /models/Qwen2.5-VL-72B --tensor-parallel-size 4",
+      {"cmd": "vllm serve /models/Qwen2.5-VL-72B --tensor-parallel-size 4"}),
      ("docker run --gpus all -p 8000:8000 vllm/vllm-openai:v0.8.5 --model Qwen/Qwen2.5-7B-Instruct -tp 2 \\",
       {"cmd": "docker run --gpus all -p 8000:8000 vllm/vllm-openai:v0.8.5 --model Qwen/Qwen2.5-7B-Instruct -tp 2 \\"})])
 pat("command_continuation", "any (a launch command continued over several lines with '\\')",
@@ -87,7 +100,7 @@ pat("command_continuation", "any (a launch command continued over several lines 
      "--max-num-seqs", "--max-num-batched-tokens", "--pipeline-parallel-size", "--data-parallel-size", "-tp ", "-dp ", "-pp ",
      "--kv-transfer-config", "--additional-config", "hybrid-kv-cache-manager", "--model ", "--enable-prefix-caching",
      "--enforce-eager", "--prefix-cache-retention-interval", "--enable-chunked-prefill", "partial-prefills",
-     "--long-prefill-token-threshold", "--kv-cache-memory", "--num-gpu-blocks-override", "--quantization"),
+     "--long-prefill-token-threshold", "--kv-cache-memory", "--num-gpu-blocks-override", "--quantization", "  --", "\t--"),
     r"^\s*(?P<args>--?[A-Za-z][\w-]*(?:[= ].*?)?)\s*(?P<cont>\\)?\s*$",
     [("    --max-model-len 32768 \\", {"args": "--max-model-len 32768", "cont": "\\"}),
      ("  --gpu-memory-utilization 0.9", {"args": "--gpu-memory-utilization 0.9", "cont": None})])
@@ -121,10 +134,14 @@ pat("max_concurrency", ">=0.6.3", "Maximum concurrency for ",
      ("GPU KV cache size: 1,032,944 tokens, Maximum concurrency for 131,072 tokens per request: 7.88x",
       {"tokens": "131,072", "concurrency": "7.88"})])
 pat("gpu_blocks", "V0 all; V1 prototype 0.6.6-0.7", " blocks: ",
-    r"# (?P<device>GPU|cuda|npu|rocm|TPU|HPU|XPU|xpu|neuron|CPU) blocks: (?P<blocks>\d+)(?:, # CPU blocks: (?P<cpu_blocks>\d+))?",
+    # the device word is any case ("# hpu blocks", "# cpu blocks" on Spyre); the trailing ", # CPU blocks: M"
+    # (swap space) must never be read on its own, and a pasted "GPU blocks: N" without "# " still counts
+    r"(?:(?<!, )# |(?<![#\w])(?<!# ))(?P<device>(?i:gpu|cuda|npu|rocm|tpu|hpu|xpu|neuron|cpu)) blocks: (?P<blocks>\d+)(?:, # CPU blocks: (?P<cpu_blocks>\d+))?",
     [("INFO 07-03 14:17:32 executor_base.py:111] # cuda blocks: 28047, # CPU blocks: 2048",
       {"device": "cuda", "blocks": "28047", "cpu_blocks": "2048"}),
-     ("INFO 01-16 09:11:27 llm_engine.py:294] # GPU blocks: 1011, # CPU blocks: 2048", {"device": "GPU", "blocks": "1011"})])
+     ("INFO 01-16 09:11:27 llm_engine.py:294] # GPU blocks: 1011, # CPU blocks: 2048", {"device": "GPU", "blocks": "1011"}),
+     ("INFO 06-04 01:18:37 [executor_base.py:113] # hpu blocks: 6399, # CPU blocks: 256", {"device": "hpu", "blocks": "6399", "cpu_blocks": "256"}),
+     ("GPU blocks: 1952, # CPU blocks: 2048", {"device": "GPU", "blocks": "1952"})])
 pat("v0_profile_budget", "~0.6.4-0.10 V0", "total_gpu_memory (",
     r"total_gpu_memory \((?P<total>[\d.]+) ?GiB\) x gpu_memory_utilization \((?P<util>[\d.]+)\) = (?P<budget>[\d.]+) ?GiB",
     [("INFO 07-03 14:17:31 worker.py:232] the current vLLM instance can use total_gpu_memory (79.10GiB) x gpu_memory_utilization (0.90) = 71.19GiB",
@@ -203,13 +220,19 @@ pat("fp8_kv_cache", "all", ("fp8 data type to store kv cache", "fp8_ds_mla KV ca
 
 # --- fatal KV-capacity errors (facts §5) ----------------------------------------------------------
 pat("insufficient_kv", "0.7+ (GB <=0.7; estimate missing in 0.8.x; models's <=0.22)", "max seq len (",
-    r"models?'s max seq len \((?P<max_seq_len>\d+)\), \((?P<needed>" + _NUM + r") Gi?B KV cache is needed, which is larger than the available KV cache memory \((?P<available>" + _NUM + r") Gi?B\)(?:\.\s*Based on the available memory,\s*(?:the estimated maximum model length is (?P<estimate>\d+))?)?",
+    r"models?'s max seq len \((?P<max_seq_len>\d+)\),\s*\(?(?P<needed>" + _NUM + r") Gi?B KV cache is needed, which is larger than the available KV cache memory \((?P<available>" + _NUM + r") Gi?B\)(?:\.\s*(?:Based on the available memory,\s*)?(?:(?i:the estimated|estimated) maximum model length is (?P<estimate>\d+))?)?",
     [("ValueError: To serve at least one request with the models's max seq len (2048), (1.00 GiB KV cache is needed, which is larger than the available KV cache memory (0.26 GiB). Based on the available memory, the estimated maximum model length is 512. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.",
       {"max_seq_len": "2048", "needed": "1.00", "available": "0.26", "estimate": "512"}),
      ("ValueError: To serve at least one request with the models's max seq len (32768), (4.00 GiB KV cache is needed, which is larger than the available KV cache memory (2.10 GiB). Based on the available memory,  Try increasing `gpu_memory_utilization`",
       {"max_seq_len": "32768", "needed": "4.00", "available": "2.10", "estimate": None}),
      ("ValueError: To serve at least one request with the model's max seq len (1048576), (4.38 GiB KV cache is needed, which is larger than the available KV cache memory (3.5 GiB). Based on the available memory, the estimated maximum model length is 838860. Try",
-      {"max_seq_len": "1048576", "estimate": "838860"})])
+      {"max_seq_len": "1048576", "estimate": "838860"}),
+     ("ValueError: To serve at least one request with the model's max seq len (1000000), 3.09 GiB KV cache is needed, which is larger than the available KV cache memory (0.24 GiB). Estimated maximum model length is 57344.",
+      {"max_seq_len": "1000000", "needed": "3.09", "available": "0.24", "estimate": "57344"})])
+pat("insufficient_kv_part", "newer vLLM and pastes (the insufficient-KV message over several lines)",
+    ("max seq len", "KV cache is needed", "maximum model length is", "available KV cache memory (", "KV cache memory ("),
+    r"(?P<part>models?'s max seq len|Gi?B KV cache is needed|maximum model length is \d+|KV cache memory \(" + _NUM + r" Gi?B\))",
+    [("22.5 GiB KV cache is needed, which is larger than the available KV cache memory (17.39 GiB).", {"part": "GiB KV cache is needed"})])
 pat("insufficient_kv_v0", "V0 <=0.10", "is larger than the maximum number of tokens",
     r"max seq len \((?P<max_seq_len>\d+)\) is larger than the maximum number of tokens that can be stored in KV cache \((?P<kv_tokens>\d+)\)",
     [("ValueError: The model's max seq len (16000) is larger than the maximum number of tokens that can be stored in KV cache (2368). Try increasing `gpu_memory_utilization`",
@@ -247,11 +270,13 @@ pat("hma_unify_failed", "<=0.26 / >=0.27", ("failed to convert the KV cache spec
     r"(?:Hybrid KV cache manager is disabled but failed to convert the KV cache specs to one unified type|Failed to promote local KV cache specs to one unified type)",
     [("ValueError: Failed to promote local KV cache specs to one unified type.", {})])
 pat("hma_auto_off", "0.12-0.22 / >=0.23", "Turning off hybrid kv cache manager because",
-    r"Turning off hybrid kv cache manager because `?(?P<cause>--kv-transfer-config|--kv-events-config|[^` ]+)`? (?P<rest>is set|selects a KV connector that does not support it)",
+    r"Turning off hybrid kv cache manager because (?P<rest>`?(?P<cause>--kv-transfer-config|--kv-events-config|connector \w+|[^` ]+)`?.*)",
     [("WARNING 11-29 08:40:02 [vllm.py:2267] Turning off hybrid kv cache manager because `--kv-transfer-config` selects a KV connector that does not support it. Impact: hybrid SSM models (e.g. Jamba, Bamba) require HMA",
-      {"cause": "--kv-transfer-config", "rest": "selects a KV connector that does not support it"}),
+      {"cause": "--kv-transfer-config"}),
      ("WARNING 10-01 10:00:00 [config.py:3900] Turning off hybrid kv cache manager because `--kv-transfer-config` is set. This will reduce the performance of vLLM on LLMs with sliding window attention or Mamba attention.",
-      {"cause": "--kv-transfer-config", "rest": "is set"})])
+      {"cause": "--kv-transfer-config"}),
+     ("WARNING 11-01 10:00:00 [vllm.py:1471] Turning off hybrid kv cache manager because connector LMCacheConnectorV1 does not subclass `SupportsHMA`.",
+      {"cause": "connector LMCacheConnectorV1"})])
 pat("hma_chunked_local", ">=0.10 (Llama-4)", "chunked local attention with the hybrid KV cache manager",
     r"latency regression when using chunked local attention with the hybrid KV cache manager\. Disabling it",
     [("WARNING 06-01 10:00:00 [config.py:4800] There is a latency regression when using chunked local attention with the hybrid KV cache manager. Disabling it, by default. To enable it, set the environment VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1.", {})])
