@@ -18,13 +18,16 @@ Everything that turns bytes on disk (or a pipe) into clean `Line` objects lives 
 
 from __future__ import annotations
 
+import array
 import bz2
 import gzip
 import io
 import lzma
 import os
 import re
+import signal
 import stat
+import struct
 import sys
 from dataclasses import dataclass
 from typing import BinaryIO, Iterator
@@ -366,6 +369,7 @@ _RE_PASS, _RE_HIT, _FIND_PASS, _FIND_HIT = 0.25, 40.0, 0.03, 250.0
 FINDER_AFTER_BYTES = 256 << 10  # before: the prefilter regex (a finder costs ~20 ms to build)
 NUMPY_AFTER_BYTES = 16 << 20  # after: the numpy finder (importing numpy costs ~0.1 s)
 _NUMPY_MIN_CHUNK = 64 << 10  # smaller chunks: numpy's per-call overhead does not pay
+SPANS_FINDER_MIN = 16 << 10  # candidate_spans: smaller chunks use the regex
 _KEYWORDS: dict = {}
 _FINDERS: dict = {}
 _BIGRAM_FINDERS: dict = {}
@@ -616,33 +620,48 @@ def _regex_spans(chunk: bytes, prefilter: "re.Pattern[bytes]") -> list[tuple[int
         pos = end
 
 
+def candidate_spans(chunk: bytes, prefilter: "re.Pattern[bytes]") -> list[tuple[int, int]]:
+    """(start, end) of every line of ``chunk`` in which ``prefilter`` matches, in order.
+
+    ``end`` is the index of the line's ``\\n`` (or ``len(chunk)``). The same lines as searching with
+    the regex; chunks of `SPANS_FINDER_MIN` bytes or more use the stdlib finder (built once per
+    process, ~20 ms), which is much faster. For a stream, `ChunkScanner` picks the finder by how much
+    has been read and also uses numpy on large inputs.
+    """
+    finder = _finder_for(prefilter) if len(chunk) >= SPANS_FINDER_MIN else None
+    return finder.spans(chunk) if finder is not None else _regex_spans(chunk, prefilter)
+
+
 class ChunkScanner:
     """The candidate lines of the successive chunks of one stream, found the fastest way that pays.
 
     ``scan(chunk)`` returns ``([(newlines before the line, start, end), ...], newlines in chunk)``
     for the lines of ``chunk`` in which ``prefilter`` matches (``end``: the line's ``\\n`` or the end
-    of the chunk) — always the lines the regex itself would find. Which way depends on how much the
-    stream has given so far, or ``size_hint`` (its size, when known): the regex up to
-    `FINDER_AFTER_BYTES` (building a finder costs ~20 ms), then `_Finder`, and from
-    `NUMPY_AFTER_BYTES` numpy for chunks of 64 KiB or more (importing numpy costs ~0.1 s).
+    of the chunk) — always the lines the regex itself would find. Which way depends on how much this
+    process has scanned (all streams: ``scan`` reads thousands of small files) plus ``size_hint``
+    (what this stream will give, when known): the regex up to `FINDER_AFTER_BYTES` (building a
+    finder costs ~20 ms), then `_Finder`, and from `NUMPY_AFTER_BYTES` numpy for chunks of 64 KiB or
+    more (importing numpy costs ~0.1 s).
     """
 
     def __init__(self, prefilter: "re.Pattern[bytes]", size_hint: int = -1):
         self.prefilter = prefilter
-        self.seen = max(size_hint, 0)  # a known size counts as seen: the finders pay at once
+        self.hint = max(size_hint, 0)
         self.finder: _Finder | None = None
         self.bigrams: _BigramFinder | None = None
         self.no_numpy = False
 
     def __call__(self, chunk: bytes) -> tuple[list[tuple[int, int, int]], int]:
-        self.seen += len(chunk)
+        global _scanned
+        _scanned += len(chunk)
+        total = _scanned + self.hint
         big = len(chunk) >= _NUMPY_MIN_CHUNK
-        if big and self.bigrams is None and not self.no_numpy and self.seen > NUMPY_AFTER_BYTES:
+        if big and self.bigrams is None and not self.no_numpy and total > NUMPY_AFTER_BYTES:
             self.bigrams = _bigram_finder_for(self.prefilter, chunk)
             self.no_numpy = self.bigrams is None  # no numpy (or not a literal prefilter): stop asking
         if big and self.bigrams is not None:
             return self.bigrams.lines(chunk)
-        if self.finder is None and self.seen > FINDER_AFTER_BYTES:
+        if self.finder is None and total > FINDER_AFTER_BYTES:
             self.finder = _finder_for(self.prefilter)
         spans = self.finder.spans(chunk) if self.finder is not None else _regex_spans(chunk, self.prefilter)
         out = []
@@ -653,6 +672,9 @@ class ChunkScanner:
             out.append((newlines, start, end))
             pos = end
         return out, newlines + count(b"\n", pos)
+
+
+_scanned = 0  # bytes ChunkScanner has seen in this process
 
 
 def iter_lines(
@@ -713,13 +735,13 @@ def iter_lines(
 
 PARALLEL_MIN_BYTES = 48 << 20  # smaller files: starting workers does not pay
 UNIT_CHUNKS = 8  # chunks per work unit
-_JOBS_ENV = "KVLOGDIAG_READ_JOBS"  # reader processes; 1 reads serially
+_JOBS_ENV = "KVLOGDIAG_READ_JOBS"  # worker processes; 0 reads serially
 
 
 def _read_jobs() -> int:
-    """Worker processes for the search: `KVLOGDIAG_READ_JOBS`, else the CPUs this process may use,
-    unless the machine is busy — the main process needs a core of its own to decode and feed lines,
-    and on a loaded machine the extra processes only add their overhead (~+40 % CPU)."""
+    """Worker processes for the search: `KVLOGDIAG_READ_JOBS` (0: read serially), else one per CPU
+    beside the main process's own, at most two — the main process, which decodes and feeds the
+    lines, is the slower stage: one worker keeps up with it on a 2-CPU machine."""
     env = os.environ.get(_JOBS_ENV, "").strip()
     if env.isdigit():
         return int(env)
@@ -727,11 +749,7 @@ def _read_jobs() -> int:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # pragma: no cover - platforms without affinity
         cpus = os.cpu_count() or 1
-    try:
-        idle = cpus - os.getloadavg()[0]
-    except OSError:  # pragma: no cover
-        idle = cpus
-    return cpus if idle >= 1.0 else 1
+    return min(cpus - 1, 2)
 
 
 def _parallel_setup(fh: BinaryIO, prefilter: "re.Pattern[bytes]") -> tuple[int, int, int, int] | None:
@@ -744,12 +762,13 @@ def _parallel_setup(fh: BinaryIO, prefilter: "re.Pattern[bytes]") -> tuple[int, 
     fd, start = fh.fileno(), fh.tell()
     jobs = _read_jobs()
     units = size // (CHUNK_BYTES * UNIT_CHUNKS)
-    if jobs < 2 or units < 2:
+    if jobs < 1 or units < 2:
         return None
     import multiprocessing
+    import threading
 
-    if multiprocessing.parent_process() is not None:  # already a worker (scan -j): stay serial
-        return None
+    if multiprocessing.parent_process() is not None or threading.active_count() > 1:
+        return None  # a worker already (scan -j), or threads that a fork would not carry over
     try:  # build the numpy finder before the workers fork, from the first chunk
         _bigram_finder_for(prefilter, _pread_exact(fd, min(CHUNK_BYTES, size), start))
     except OSError:
@@ -800,10 +819,12 @@ def _state_at(fd: int, start: int, offset: int) -> tuple[bytes, bool]:
     return _pread_exact(fd, MAX_LINE_BYTES, line_start), True
 
 
-def _search_unit(fd: int, name: str, prefilter: "re.Pattern[bytes]", start: int, unit: int):
-    """Worker: (newlines, bytes, line numbers within the unit, candidate lines) of one unit."""
-    import array
+_RECORD = struct.Struct("<5q")  # newlines, bytes read, candidate lines, blob bytes, error bytes
 
+
+def _search_unit(fd: int, name: str, prefilter: "re.Pattern[bytes]", start: int, unit: int) -> bytes:
+    """Worker: one unit's record — a `_RECORD` header, then per candidate line its number within
+    the unit and its end in the blob (int64 each), then the blob of the lines themselves."""
     try:
         pos = start + unit * UNIT_CHUNKS * CHUNK_BYTES
         end = pos + UNIT_CHUNKS * CHUNK_BYTES
@@ -820,7 +841,7 @@ def _search_unit(fd: int, name: str, prefilter: "re.Pattern[bytes]", start: int,
         pos += n
         return data
 
-    numbers = array.array("q")  # per candidate line: its number within the unit, its end in `blob`
+    numbers = array.array("q")  # per candidate line: its number within the unit, its end in the blob
     ends = array.array("q")
     parts = []
     newlines = nbytes = size = 0
@@ -834,37 +855,69 @@ def _search_unit(fd: int, name: str, prefilter: "re.Pattern[bytes]", start: int,
             size += e - s
             ends.append(size)
         newlines += n
-    return newlines, nbytes, numbers.tobytes(), ends.tobytes(), b"".join(parts)  # one blob: cheap to pickle
+    return b"".join([_RECORD.pack(newlines, nbytes, len(numbers), size, 0), numbers.tobytes(), ends.tobytes(), *parts])
 
 
-def _worker_init() -> None:
-    import signal
+def _worker(fd: int, name: str, prefilter: "re.Pattern[bytes]", start: int, units: range, out: int) -> None:
+    """Forked worker: write the records of ``units`` to the pipe ``out``, in order, then exit."""
+    code = 0
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # ^C is the main process's to handle
+        with os.fdopen(out, "wb", buffering=CHUNK_BYTES) as pipe:
+            for unit in units:
+                try:
+                    pipe.write(_search_unit(fd, name, prefilter, start, unit))
+                except InputError as exc:
+                    msg = str(exc).encode("utf-8", "replace")
+                    pipe.write(_RECORD.pack(0, 0, 0, 0, len(msg)) + msg)
+                    break
+    except BaseException:  # noqa: BLE001 - the main process sees the pipe end and reports it
+        code = 1
+    finally:
+        os._exit(code)  # no atexit handlers, no flushing of the parent's buffers
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process handles ^C and stops the pool
+
+def _read_record(src: BinaryIO, name: str) -> tuple[int, int, array.array, array.array, bytes]:
+    head = src.read(_RECORD.size)
+    if len(head) < _RECORD.size:
+        raise InputError(f"{name}: a reader process stopped unexpectedly")
+    newlines, nbytes, count, size, err = _RECORD.unpack(head)
+    if err:
+        raise InputError(src.read(err).decode("utf-8", "replace"))
+    numbers, ends = array.array("q"), array.array("q")
+    numbers.frombytes(src.read(8 * count))
+    ends.frombytes(src.read(8 * count))
+    blob = src.read(size)
+    if len(numbers) != count or len(ends) != count or len(blob) != size:
+        raise InputError(f"{name}: a reader process stopped unexpectedly")
+    return newlines, nbytes, numbers, ends, blob
 
 
 def _parallel_lines(fh: BinaryIO, name: str, prefilter: "re.Pattern[bytes]", st: LineStats,
                     fd: int, start: int, units: int, jobs: int):
-    """Yield the candidate lines of the first ``units`` units; return (chunks of the rest, lines so far)."""
-    import array
-    import multiprocessing
-    from collections import deque
+    """Yield the candidate lines of the first ``units`` units; return (chunks of the rest, lines so far).
 
+    Worker ``k`` searches units k, k + jobs, ... and writes their records to its own pipe; the pipes
+    are read in unit order, and a full pipe holds a worker back, so memory stays flat.
+    """
+    workers: list[tuple[int, BinaryIO]] = []
     number = 0
-    with multiprocessing.get_context("fork").Pool(jobs, initializer=_worker_init) as pool:
-        pending: deque = deque()
-        submitted = 0
-        while submitted < units or pending:
-            while submitted < units and len(pending) < 2 * jobs:  # bounded: memory stays flat
-                pending.append(pool.apply_async(_search_unit, (fd, name, prefilter, start, submitted)))
-                submitted += 1
-            newlines, nbytes, numbers, ends, blob = pending.popleft().get()
+    try:
+        for k in range(jobs):
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - the child never returns
+                os.close(r)
+                for _, other in workers:  # the pipes of the workers forked before this one
+                    os.close(other.fileno())
+                _worker(fd, name, prefilter, start, range(k, units, jobs), w)
+            os.close(w)
+            workers.append((pid, os.fdopen(r, "rb", buffering=CHUNK_BYTES)))
+        for unit in range(units):
+            newlines, nbytes, numbers, ends, blob = _read_record(workers[unit % jobs][1], name)
             st.bytes += nbytes
-            rel, stops = array.array("q"), array.array("q")
-            rel.frombytes(numbers)
-            stops.frombytes(ends)
             begin = 0
-            for n, stop in zip(rel, stops):
+            for n, stop in zip(numbers, ends):
                 part = blob[begin:stop]
                 begin = stop
                 if len(part) > MAX_LINE_BYTES:
@@ -873,6 +926,14 @@ def _parallel_lines(fh: BinaryIO, name: str, prefilter: "re.Pattern[bytes]", st:
                 yield make_line(number + n, part)
             number += newlines
             st.lines = number
+    finally:
+        for pid, src in workers:
+            src.close()
+            try:
+                os.kill(pid, signal.SIGTERM)  # still working when we stop early; harmless when done
+            except ProcessLookupError:
+                pass
+            os.waitpid(pid, 0)
     offset = start + units * UNIT_CHUNKS * CHUNK_BYTES
     try:
         carry, skipping = _state_at(fd, start, offset)

@@ -139,8 +139,13 @@ def render_text(analyses: list[dict], min_severity: str = "info", errors: Iterab
             lines.append(("KV cache size (tokens)", ", ".join(fmt_num(x) for x in kv["tokens"])))
         if kv["gpu_blocks"]:
             lines.append(("V0 blocks", ", ".join(fmt_num(x) for x in kv["gpu_blocks"])))
-        for mc in kv["max_concurrency"][:4]:
-            lines.append((f"max concurrency @ {mc['tokens_per_request']:,} tokens", f"{mc['concurrency']:.2f}x"))
+        by_len: dict[int, list[float]] = {}
+        for mc in kv["max_concurrency"]:
+            by_len.setdefault(mc["tokens_per_request"], []).append(mc["concurrency"])
+        for length, cs in by_len.items():
+            lo, hi = min(cs), max(cs)
+            span = f"{lo:.2f}x" if lo == hi else f"{lo:.2f}x–{hi:.2f}x"
+            lines.append((f"max concurrency @ {length:,} tokens", span + (f"  ({len(cs)} lines)" if len(cs) > 1 else "")))
         if kv.get("bytes_per_token_note"):
             lines.append(("note", kv["bytes_per_token_note"]))
         out.append(tabulate(lines, tablefmt="plain"))
