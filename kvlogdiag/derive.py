@@ -343,6 +343,12 @@ def derive(facts: LogFacts) -> dict[str, Any]:
                      "(vLLM V1 < 0.9.1 and V0 < 0.6.4 print none)")
 
     ik = facts.insufficient_kv[0].value if facts.insufficient_kv else None
+    bpt_err = None
+    if ik and ik.get("needed_gib") and ik.get("max_seq_len"):
+        # vLLM's "X GiB is needed" for one max-length request on that rank (X rounded to 2 decimals,
+        # length rounded up to whole blocks): the per-token cost a failed start-up still reveals
+        x = ik["needed_gib"] * GIB / ik["max_seq_len"]
+        bpt_err = x if MIN_PLAUSIBLE_BPT <= x <= MAX_PLAUSIBLE_BPT else None
 
     st = facts.stats
     tp = _as_int(cfg.get("tensor_parallel_size"))
@@ -390,6 +396,7 @@ def derive(facts: LogFacts) -> dict[str, Any]:
                  "memory_source": p["memory_source"], "memory_line": p["memory_line"], "tokens_line": p["tokens_line"]}
                 for p in pairs],
             "bytes_per_token_note": "; ".join(notes) or None,
+            "bytes_per_token_from_error": bpt_err,
             "ranks_disagree": disagree,
         },
         "errors": {
