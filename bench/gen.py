@@ -151,8 +151,6 @@ def write_long_log(path: str, target_bytes: int, seed: int = 20251129) -> dict:
     preempt_total = 0
     preempt_lines = 0
     kv_max = None
-    run_max = 0
-    wait_max = 0
     usage = 0.0
     hit = 0.0
     running = 0
@@ -207,8 +205,6 @@ def write_long_log(path: str, target_bytes: int, seed: int = 20251129) -> dict:
                 busy += 1
             if running == 1 and waiting > 0:
                 single_q += 1
-            run_max = max(run_max, running)
-            wait_max = max(wait_max, waiting)
             if pre:
                 preempt_total += pre
                 preempt_lines += 1
@@ -246,7 +242,7 @@ def write_long_log(path: str, target_bytes: int, seed: int = 20251129) -> dict:
 # --- archive of small start-up logs ---------------------------------------------------------------
 
 
-def _small_v06(rng: random.Random, t: int, cache: dict) -> tuple[list[str], dict]:
+def _small_v06(rng: random.Random, t: int, cache: dict) -> list[str]:
     blocks = rng.choice((1011, 4096, 28047, 31284))
     gmu = rng.choice((0.9, 0.85, 0.95))
     mlen = rng.choice((4096, 8192, 32768))
@@ -265,10 +261,10 @@ def _small_v06(rng: random.Random, t: int, cache: dict) -> tuple[list[str], dict
         f"INFO {s(11)} gpu_executor.py:126] Maximum concurrency for {mlen} tokens per request: {blocks * 16 / mlen:.2f}x",
         f"INFO {s(30)} model_runner.py:1523] Graph capturing finished in 19 secs.",
     ]
-    return lines, {"gpu_blocks": [blocks], "engine": "v0"}
+    return lines
 
 
-def _small_v011(rng: random.Random, t: int, cache: dict) -> tuple[list[str], dict]:
+def _small_v011(rng: random.Random, t: int, cache: dict) -> list[str]:
     avail = round(rng.uniform(2.0, 60.0), 2)
     tokens = int(avail * 2**30 / 131072) // 16 * 16
     mlen = rng.choice((8192, 32000, 65536))
@@ -294,15 +290,15 @@ def _small_v011(rng: random.Random, t: int, cache: dict) -> tuple[list[str], dic
         f"{C}INFO {s(70)} [core.py:210] init engine (profile, create kv cache, warmup model) took 40.12 seconds",
         f"{A}INFO:     Application startup complete.",
     ]
-    return lines, {"tokens": [tokens], "available_gib": [avail], "engine": "v1"}
+    return lines
 
 
-def _small_v013(rng: random.Random, t: int, cache: dict) -> tuple[list[str], dict]:
+def _small_v013(rng: random.Random, t: int, cache: dict) -> list[str]:
     lines = startup_v013(rng.randint(1000, 9999), rng.randint(1000, 9999), (rng.randint(1000, 9999), rng.randint(1000, 9999)), t, cache)
-    return lines, {"tokens": [KV_TOKENS], "available_gib": [AVAIL_GIB], "engine": "v1"}
+    return lines
 
 
-def _small_ascend(rng: random.Random, t: int, cache: dict) -> tuple[list[str], dict]:
+def _small_ascend(rng: random.Random, t: int, cache: dict) -> list[str]:
     avail = rng.randint(10_000_000_000, 40_000_000_000)
     tokens = avail // 65536 // 128 * 128
     s = lambda k: _stamp(t + k, cache)  # noqa: E731
@@ -314,7 +310,7 @@ def _small_ascend(rng: random.Random, t: int, cache: dict) -> tuple[list[str], d
         f"(Worker_TP0 pid=3302) INFO {s(40)} [worker_v1.py:256] Available memory: {avail}, total memory: 65452113920",
         f"(EngineCore_DP0 pid=3301) INFO {s(41)} [kv_cache_utils.py:1087] NPU KV cache size: {tokens:,} tokens",
     ]
-    return lines, {"tokens": [tokens], "engine": "v1"}
+    return lines
 
 
 _KINDS = (_small_v06, _small_v011, _small_v013, _small_ascend)
@@ -329,7 +325,7 @@ def write_archive(folder: str, count: int, seed: int = 77) -> dict:
     total = 0
     for i in range(count):
         kind = _KINDS[i % len(_KINDS)]
-        lines, _ = kind(rng, _T0 + i * 600, cache)
+        lines = kind(rng, _T0 + i * 600, cache)
         # some noise lines between the interesting ones, as in real logs
         noise = [f"INFO {_stamp(_T0 + i * 600 + 5, cache)} [weight_utils.py:{rng.randint(100, 900)}] "
                  f"Loading safetensors checkpoint shards: {k}% Completed | {k // 25}/4" for k in range(0, 101, 25)]

@@ -121,7 +121,7 @@ def _parse_cli(toks: list[str], i: int = 0) -> dict[str, Any]:
 # cannot skip ahead and tries a match at every position before the keyword (~2 µs on a usual line).
 # Its leftmost match can only begin at the first "Avg prompt throughput: " or at the prefix ending
 # right there (a prefix cannot contain the keyword, so no match starts further left), which
-# `_stats_search` computes before searching from that point: the same match, about 3x sooner.
+# `_stats_search` computes before searching from that point: the same match, ~0.8 µs sooner a line.
 _STATS_HEAD = r"(?:(?:Engine (?P<engine>\d+)|(?P<aggregated>\d+) Engines Aggregated): )?Avg prompt throughput: "
 _STATS_FAST: dict = {}  # stats regex -> its head is _STATS_HEAD (else: plain search)
 

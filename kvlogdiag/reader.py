@@ -8,7 +8,10 @@ Everything that turns bytes on disk (or a pipe) into clean `Line` objects lives 
   over-long lines are cut at ``MAX_LINE_BYTES`` (the rest of the line is skipped, not buffered);
 * an optional *prefilter* (a compiled bytes regex) lets the caller skip, in C, every line that
   cannot matter — only candidate lines are decoded and turned into `Line` objects, while line
-  numbers stay exact;
+  numbers stay exact; a prefilter made of literal keywords is searched by keyword finders (stdlib,
+  or numpy on large inputs) rather than by the regex, and a large file by a worker process too —
+  always with the lines the regex would give (see "fast candidate search" below and
+  ``docs/performance.md``);
 * decoding never fails (invalid UTF-8 is replaced), the ``\\r`` left by vLLM's multi-line
   formatter and by CRLF files is dropped, ANSI colour codes are removed;
 * outer envelopes added by log collectors (docker/kubectl ``--timestamps``, Kubernetes CRI,
@@ -205,6 +208,46 @@ class _CappedReader(io.RawIOBase):
             super().close()
 
 
+class _ZstdReader(io.RawIOBase):
+    """zstd frames one after another; EOFError when the input ends inside a frame.
+
+    (zstandard's ``stream_reader`` returns a truncated stream as a shorter one, silently.)"""
+
+    def __init__(self, fh: BinaryIO, zstandard):
+        self._fh, self._z = fh, zstandard
+        self._dobj = zstandard.ZstdDecompressor().decompressobj()
+        self._buf = b""
+        self._fed = False  # bytes went into the current frame
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf) -> int:
+        while not self._buf:
+            data = self._fh.read(CHUNK_BYTES)
+            if not data:
+                if self._fed and not self._dobj.eof:
+                    raise EOFError("zstd frame ends early")
+                return 0
+            while data:
+                if self._dobj.eof:  # the next frame of a multi-frame file
+                    self._dobj = self._z.ZstdDecompressor().decompressobj()
+                    self._fed = False
+                self._buf += self._dobj.decompress(data)
+                self._fed = True
+                data = self._dobj.unused_data if self._dobj.eof else b""
+        n = min(len(buf), len(self._buf))
+        buf[:n] = self._buf[:n]
+        self._buf = self._buf[n:]
+        return n
+
+    def close(self) -> None:
+        try:
+            self._fh.close()
+        finally:
+            super().close()
+
+
 def detect_compression(head: bytes) -> str | None:
     """Name the compression of a stream from its first bytes, or None."""
     for magic, name in _MAGIC:
@@ -254,7 +297,7 @@ def open_input(source: str, max_bytes: int = DEFAULT_MAX_BYTES) -> BinaryIO:
         except ImportError:  # pragma: no cover - zstandard is a dependency
             fh.close()
             raise InputError(f"{name}: zstd-compressed, but the zstandard package is missing") from None
-        inner = zstandard.ZstdDecompressor().stream_reader(fh, closefd=True)  # type: ignore[assignment]
+        inner = _ZstdReader(fh, zstandard)  # type: ignore[assignment]
     return io.BufferedReader(_CappedReader(inner, max_bytes, name), CHUNK_BYTES)  # type: ignore[arg-type]
 
 
@@ -280,18 +323,18 @@ class LineStats:
         self.bytes = 0
 
 
-def iter_chunks(fh: BinaryIO, name: str, chunk_bytes: int | None = None) -> Iterator[bytes]:
+def iter_chunks(fh: BinaryIO, name: str, chunk_bytes: int | None = None, stats: "LineStats | None" = None) -> Iterator[bytes]:
     """Yield chunks that each end at a line boundary (except possibly the last one).
 
     Reads ``chunk_bytes`` (default `CHUNK_BYTES`) at a time. An over-long line is cut: its first
     ``MAX_LINE_BYTES`` are kept and the rest is dropped while reading, so a 100 MB line costs no
     more memory than a short one.
     """
-    return _chunks(fh.read, name, chunk_bytes or CHUNK_BYTES)
+    return _chunks(fh.read, name, chunk_bytes or CHUNK_BYTES, stats=stats)
 
 
 def _chunks(read, name: str, chunk_bytes: int, carry: bytes = b"", skipping: bool = False,
-            final: bool = True) -> Iterator[bytes]:
+            final: bool = True, stats: "LineStats | None" = None) -> Iterator[bytes]:
     """`iter_chunks` on a ``read(n)`` function, from a given state (the parallel reader resumes
     mid-file): ``carry`` is the kept start of the unfinished line, ``skipping`` says its tail is being
     dropped. With ``final=False`` the end of ``read`` is not the end of the input (no last chunk)."""
@@ -305,7 +348,7 @@ def _chunks(read, name: str, chunk_bytes: int, carry: bytes = b"", skipping: boo
         except Exception as exc:  # zstandard.ZstdError and friends
             raise _read_error(name, exc) from None
         if not data:
-            if carry and not skipping and final:
+            if carry and final:  # the last line, without newline (its kept part, if it was cut)
                 yield carry
             return
         if skipping:
@@ -320,6 +363,8 @@ def _chunks(read, name: str, chunk_bytes: int, carry: bytes = b"", skipping: boo
             if len(buf) > MAX_LINE_BYTES:
                 carry = buf[:MAX_LINE_BYTES]
                 skipping = True
+                if stats is not None:
+                    stats.long_lines += 1
             else:
                 carry = buf
             continue
@@ -327,6 +372,8 @@ def _chunks(read, name: str, chunk_bytes: int, carry: bytes = b"", skipping: boo
         if len(carry) > MAX_LINE_BYTES:
             carry = carry[:MAX_LINE_BYTES]
             skipping = True
+            if stats is not None:
+                stats.long_lines += 1
         yield buf[: cut + 1]
 
 
@@ -624,10 +671,16 @@ def candidate_spans(chunk: bytes, prefilter: "re.Pattern[bytes]") -> list[tuple[
     """(start, end) of every line of ``chunk`` in which ``prefilter`` matches, in order.
 
     ``end`` is the index of the line's ``\\n`` (or ``len(chunk)``). The same lines as searching with
-    the regex; chunks of `SPANS_FINDER_MIN` bytes or more use the stdlib finder (built once per
-    process, ~20 ms), which is much faster. For a stream, `ChunkScanner` picks the finder by how much
-    has been read and also uses numpy on large inputs.
+    the regex. Chunks of `SPANS_FINDER_MIN` bytes or more use the stdlib finder (built once per
+    process, ~20 ms), and once this process has read `NUMPY_AFTER_BYTES`, chunks of 64 KiB or more
+    use numpy. (`ChunkScanner` does the same for a stream and also counts the newlines.)
     """
+    global _scanned
+    _scanned += len(chunk)
+    if len(chunk) >= _NUMPY_MIN_CHUNK and _scanned > NUMPY_AFTER_BYTES:
+        bigrams = _bigram_finder_for(prefilter, chunk)
+        if bigrams is not None:
+            return [(start, end) for _, start, end in bigrams.lines(chunk)[0]]
     finder = _finder_for(prefilter) if len(chunk) >= SPANS_FINDER_MIN else None
     return finder.spans(chunk) if finder is not None else _regex_spans(chunk, prefilter)
 
@@ -646,7 +699,7 @@ class ChunkScanner:
 
     def __init__(self, prefilter: "re.Pattern[bytes]", size_hint: int = -1):
         self.prefilter = prefilter
-        self.hint = max(size_hint, 0)
+        self.expect = _scanned + max(size_hint, 0)  # this process's bytes once the stream is read
         self.finder: _Finder | None = None
         self.bigrams: _BigramFinder | None = None
         self.no_numpy = False
@@ -654,7 +707,7 @@ class ChunkScanner:
     def __call__(self, chunk: bytes) -> tuple[list[tuple[int, int, int]], int]:
         global _scanned
         _scanned += len(chunk)
-        total = _scanned + self.hint
+        total = max(_scanned, self.expect)
         big = len(chunk) >= _NUMPY_MIN_CHUNK
         if big and self.bigrams is None and not self.no_numpy and total > NUMPY_AFTER_BYTES:
             self.bigrams = _bigram_finder_for(self.prefilter, chunk)
@@ -696,7 +749,7 @@ def iter_lines(
         if setup is not None:
             chunks, number = yield from _parallel_lines(fh, name, prefilter, st, *setup)
     if chunks is None:
-        chunks = iter_chunks(fh, name)
+        chunks = iter_chunks(fh, name, stats=st)
     scan = ChunkScanner(prefilter, _file_size(fh)) if prefilter is not None else None
     for chunk in chunks:
         st.bytes += len(chunk)
@@ -819,7 +872,7 @@ def _state_at(fd: int, start: int, offset: int) -> tuple[bytes, bool]:
     return _pread_exact(fd, MAX_LINE_BYTES, line_start), True
 
 
-_RECORD = struct.Struct("<5q")  # newlines, bytes read, candidate lines, blob bytes, error bytes
+_RECORD = struct.Struct("<6q")  # newlines, bytes read, candidate lines, blob bytes, error bytes, lines cut
 
 
 def _search_unit(fd: int, name: str, prefilter: "re.Pattern[bytes]", start: int, unit: int) -> bytes:
@@ -846,7 +899,8 @@ def _search_unit(fd: int, name: str, prefilter: "re.Pattern[bytes]", start: int,
     parts = []
     newlines = nbytes = size = 0
     scan = ChunkScanner(prefilter, size_hint=sys.maxsize // 2)  # a large file: the numpy finder
-    for chunk in _chunks(read, name, CHUNK_BYTES, carry, skipping, final=False):
+    cut = LineStats()
+    for chunk in _chunks(read, name, CHUNK_BYTES, carry, skipping, final=False, stats=cut):
         nbytes += len(chunk)
         found, n = scan(chunk)
         for before, s, e in found:
@@ -855,7 +909,7 @@ def _search_unit(fd: int, name: str, prefilter: "re.Pattern[bytes]", start: int,
             size += e - s
             ends.append(size)
         newlines += n
-    return b"".join([_RECORD.pack(newlines, nbytes, len(numbers), size, 0), numbers.tobytes(), ends.tobytes(), *parts])
+    return b"".join([_RECORD.pack(newlines, nbytes, len(numbers), size, 0, cut.long_lines), numbers.tobytes(), ends.tobytes(), *parts])
 
 
 def _worker(fd: int, name: str, prefilter: "re.Pattern[bytes]", start: int, units: range, out: int) -> None:
@@ -866,22 +920,25 @@ def _worker(fd: int, name: str, prefilter: "re.Pattern[bytes]", start: int, unit
         with os.fdopen(out, "wb", buffering=CHUNK_BYTES) as pipe:
             for unit in units:
                 try:
-                    pipe.write(_search_unit(fd, name, prefilter, start, unit))
-                except InputError as exc:
-                    msg = str(exc).encode("utf-8", "replace")
-                    pipe.write(_RECORD.pack(0, 0, 0, 0, len(msg)) + msg)
+                    record = _search_unit(fd, name, prefilter, start, unit)
+                except Exception as exc:  # noqa: BLE001 - reported by the main process, in order
+                    text = str(exc) if isinstance(exc, InputError) else f"{name}: reader process failed: {exc!r}"
+                    msg = text.encode("utf-8", "replace")
+                    pipe.write(_RECORD.pack(0, 0, 0, 0, len(msg), 0) + msg)
                     break
-    except BaseException:  # noqa: BLE001 - the main process sees the pipe end and reports it
+                pipe.write(record)
+    except BaseException:  # noqa: BLE001 - e.g. the main process stopped reading: just exit
         code = 1
     finally:
         os._exit(code)  # no atexit handlers, no flushing of the parent's buffers
 
 
-def _read_record(src: BinaryIO, name: str) -> tuple[int, int, array.array, array.array, bytes]:
+def _read_record(src: BinaryIO, name: str, st: LineStats) -> tuple[int, int, array.array, array.array, bytes]:
     head = src.read(_RECORD.size)
     if len(head) < _RECORD.size:
         raise InputError(f"{name}: a reader process stopped unexpectedly")
-    newlines, nbytes, count, size, err = _RECORD.unpack(head)
+    newlines, nbytes, count, size, err, cuts = _RECORD.unpack(head)
+    st.long_lines += cuts
     if err:
         raise InputError(src.read(err).decode("utf-8", "replace"))
     numbers, ends = array.array("q"), array.array("q")
@@ -914,7 +971,7 @@ def _parallel_lines(fh: BinaryIO, name: str, prefilter: "re.Pattern[bytes]", st:
             os.close(w)
             workers.append((pid, os.fdopen(r, "rb", buffering=CHUNK_BYTES)))
         for unit in range(units):
-            newlines, nbytes, numbers, ends, blob = _read_record(workers[unit % jobs][1], name)
+            newlines, nbytes, numbers, ends, blob = _read_record(workers[unit % jobs][1], name, st)
             st.bytes += nbytes
             begin = 0
             for n, stop in zip(numbers, ends):
@@ -940,4 +997,4 @@ def _parallel_lines(fh: BinaryIO, name: str, prefilter: "re.Pattern[bytes]", st:
         fh.seek(offset)
     except OSError as exc:
         raise _read_error(name, exc) from None
-    return _chunks(fh.read, name, CHUNK_BYTES, carry, skipping), number
+    return _chunks(fh.read, name, CHUNK_BYTES, carry, skipping, stats=st), number

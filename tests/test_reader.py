@@ -150,10 +150,6 @@ def test_truncated_stream_raises_while_iterating(tmp_path, kind):
     assert "\n" not in msg
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: a truncated zstd stream is read silently as a shorter log: zstandard's stream_reader "
-    "does not raise at a missing frame end; use decompressobj() and raise EOFError when input "
-    "ends while not .eof"))
 def test_truncated_zstd_raises(tmp_path):
     data = b"".join(b"INFO 07-03 14:19:40 [x.py:1] line %d\n" % i for i in range(20000))
     comp = COMPRESSORS["zstd"](data)
@@ -499,9 +495,6 @@ def test_long_line_memory_stays_flat(monkeypatch):
 
 
 @pytest.mark.parametrize("step", [100, 4096, 1 << 20])
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: iter_chunks drops the kept part of an over-long *last* line without newline: at EOF "
-    "`if carry and not skipping: yield carry` should be `if carry: yield carry`"))
 def test_long_last_line_without_newline_is_kept(monkeypatch, step):
     monkeypatch.setattr(reader, "MAX_LINE_BYTES", 1000)
     data = b"a\n" + b"y" * 5000
@@ -513,9 +506,6 @@ def test_long_last_line_without_newline_is_kept(monkeypatch, step):
 
 @pytest.mark.parametrize("step", [7, 100, 4096])  # several reads per line: cut in iter_chunks
 @pytest.mark.parametrize("use_prefilter", [False, True])
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: LineStats.long_lines misses lines cut inside iter_chunks (they arrive exactly "
-    "MAX_LINE_BYTES long); count where iter_chunks sets skipping=True (pass stats into it)"))
 def test_long_lines_counted_whatever_the_chunking(monkeypatch, step, use_prefilter):
     monkeypatch.setattr(reader, "MAX_LINE_BYTES", 1000)
     data = (b"ok\n" + b"INFO GPU KV cache size: 1 tokens " + b"z" * 3000 + b"\n"
