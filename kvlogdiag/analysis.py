@@ -16,7 +16,9 @@ from kvlogdiag.derive import derive
 from kvlogdiag.extract import Extractor
 from kvlogdiag.facts import LogFacts
 from kvlogdiag.patterns import prefilter_regex
-from kvlogdiag.reader import DEFAULT_MAX_BYTES, InputError, Line, LineStats, iter_lines, open_input
+from kvlogdiag.reader import (
+    DEFAULT_MAX_BYTES, InputError, Line, LineStats, detect_hard_wrap, iter_lines, open_input, unwrap_lines,
+)
 from kvlogdiag.rule_engine import RuleError, RuleSet, evaluate, load_rules
 
 __all__ = ["Analyzer", "InputError", "analyze_source"]
@@ -94,8 +96,12 @@ class Analyzer:
         if on_event is not None:
             ex.listeners.append(on_event)
         stats = LineStats()
-        pf = None if self.needs_every_line else prefilter()
-        for line in iter_lines(fh, source, pf, stats):
+        width = detect_hard_wrap(fh, source)
+        if width:  # a paste cut into fixed-width rows: rejoin them (every row must be seen)
+            lines = unwrap_lines(iter_lines(fh, source, None, stats), width)
+        else:
+            lines = iter_lines(fh, source, None if self.needs_every_line else prefilter(), stats)
+        for line in lines:
             ex.feed(line)
         return ex.finish(stats.lines, stats.long_lines)
 

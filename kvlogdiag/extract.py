@@ -38,7 +38,15 @@ _ARG_ALIASES = {"model_tag": "model", "tp": "tensor_parallel_size", "pp": "pipel
 _CLI_SHORT = {"-tp": "tensor_parallel_size", "-pp": "pipeline_parallel_size", "-dp": "data_parallel_size",
               "-q": "quantization", "-O": "compilation_config"}
 _CLI_BOOL = {"disable_hybrid_kv_cache_manager", "enforce_eager", "enable_prefix_caching", "enable_chunked_prefill",
-             "enable_expert_parallel", "trust_remote_code", "async_scheduling", "skip_tokenizer_init"}
+             "enable_expert_parallel", "trust_remote_code", "async_scheduling", "skip_tokenizer_init",
+             # on/off flags that take no value, so a model path after them is not read as their value
+             "enable_auto_tool_choice", "disable_log_requests", "disable_log_stats", "enable_log_requests",
+             "enable_lora", "disable_custom_all_reduce", "enable_reasoning", "disable_frontend_multiprocessing",
+             "enable_sleep_mode", "disable_sliding_window", "use_v2_block_manager", "enable_prompt_tokens_details",
+             "disable_fastapi_docs", "enable_server_load_tracking", "enable_force_include_usage",
+             "enable_request_id_headers", "disable_uvicorn_access_log", "headless", "api_server_count_auto",
+             "enable_eplb", "enable_dbo", "no_enable_prefix_caching", "enable_return_routed_experts",
+             "allow_credentials", "enable_mfu_metrics", "return_tokens_as_token_ids", "disable_mm_preprocessor_cache"}
 _CLI_NEGATABLE = {"no_" + k: k for k in _CLI_BOOL} | {"no_disable_hybrid_kv_cache_manager": "disable_hybrid_kv_cache_manager"}
 
 _START_MARKERS = {"engine_config", "api_server_version", "server_version", "logo_version", "non_default_args",
@@ -83,6 +91,14 @@ def dp_of_rank(rank: str | None) -> int:
 
 
 
+def _drop_cut_entry(d: dict, line: Line) -> dict:
+    """On a line the input ended inside, the last entry of a config dump may be cut: drop it."""
+    if line.unterminated and d and not line.text.rstrip().endswith((")", "}")):
+        d = dict(d)
+        d.pop(next(reversed(d)))
+    return d
+
+
 def _split_command(cmd: str) -> list[str]:
     try:
         return shlex.split(cmd)
@@ -90,13 +106,35 @@ def _split_command(cmd: str) -> list[str]:
         return cmd.split()
 
 
-def _parse_cli(toks: list[str], i: int = 0) -> dict[str, Any]:
-    """vLLM command-line flags → args dict (argparse dest names)."""
+_SIZE = re.compile(r"^(\d+(?:\.\d+)?)([kKmMgGtT])$")
+_SIZE_INT_KEYS = {"max_model_len", "max_num_batched_tokens", "max_num_seqs"}
+
+
+def _cli_int(v: Any) -> Any:
+    """vLLM >= 0.10 accepts size suffixes: 32K = 32768 (binary), 32k = 32000 (decimal)."""
+    if isinstance(v, str):
+        m = _SIZE.match(v)
+        if m:
+            num, unit = m.groups()
+            val = float(num) * ((1024 if unit.isupper() else 1000) ** ("kmgt".index(unit.lower()) + 1))
+            if val.is_integer():
+                return int(val)
+    return v
+
+
+def _parse_cli(toks: list[str], i: int = 0, positional: bool = False) -> dict[str, Any]:
+    """vLLM command-line flags → args dict (argparse dest names); with ``positional`` the first
+    bare token (``vllm serve [flags] MODEL [flags]``) is the model."""
     args: dict[str, Any] = {}
     while i < len(toks):
         t = toks[i]
-        if t in ("|", "2>&1", "&&", ";", ">", ">>"):
+        if t in ("|", "2>&1", "&&", ";", ">", ">>", "&"):
             break
+        if positional and not t.startswith("-"):
+            args.setdefault("model", t)
+            positional = False
+            i += 1
+            continue
         if t.startswith("-"):
             name, _, val = t.partition("=")
             dest = _CLI_SHORT.get(name) or name.lstrip("-").replace("-", "_")
@@ -112,6 +150,8 @@ def _parse_cli(toks: list[str], i: int = 0) -> dict[str, Any]:
                 val = toks[i + 1]
                 i += 1
             args[dest] = scalar(val) if dest not in ("kv_transfer_config", "additional_config") else parse_json_or_repr(val)
+            if dest in _SIZE_INT_KEYS:
+                args[dest] = _cli_int(args[dest])
         i += 1
     return args
 
@@ -156,6 +196,11 @@ def _stats_search(rx: re.Pattern, text: str) -> re.Match | None:
 
 
 _TABLES: tuple | None = None
+_CUT_CHARS = frozenset("0123456789.,")
+# patterns whose meaning does not hang on a trailing number (a line that is counted, not measured),
+# or that drop their own possibly-cut last entry (the config dumps)
+_WHOLE_LINE_OK = frozenset({"v0_preemption", "non_default_args", "args_namespace", "engine_config",
+                            "user_command", "command_continuation", "vllm_env", "stats"})
 
 
 def _dispatch_tables() -> tuple[list[Pattern], dict[str, list[Pattern]], re.Pattern[str]]:
@@ -199,6 +244,7 @@ class Extractor:
         self._cmd_cont = False  # that line ended with a backslash
         self._ikv_parts: list[tuple[int, str, Fact]] = []  # a split insufficient-KV message
         self._ikv_fact: Fact | None = None
+        self._llm_line = -10  # line of the last 'LLM(' of a pasted offline script
         self._ikv_regex = next(p.regex for p in pats if p.name == "insufficient_kv")
 
     # -- plumbing ------------------------------------------------------------------------------
@@ -219,6 +265,9 @@ class Extractor:
                     continue
                 seen.add(p.name)
                 m = p.regex.search(text)
+                if m is not None and line.unterminated and m.end() == len(text) and text[-1:] in _CUT_CHARS \
+                        and p.name not in _WHOLE_LINE_OK:
+                    continue  # the input ends inside this value: "28048" cut after "280" is no figure
                 if m is not None:
                     if p.name in _START_MARKERS:
                         self._maybe_new_run()
@@ -278,20 +327,20 @@ class Extractor:
     def _h_non_default_args(self, m: re.Match, line: Line, fact: Fact) -> None:
         d = parse_repr(m.group("body"))
         if isinstance(d, dict):
-            self._args_dict(d, fact, "non_default_args")
+            self._args_dict(_drop_cut_entry(d, line), fact, "non_default_args")
 
     def _h_args_namespace(self, m: re.Match, line: Line, fact: Fact) -> None:
         d = parse_repr("Namespace(" + m.group("body"))
         if isinstance(d, dict):
             d.pop(CLASS_KEY, None)
-            self._args_dict(d, fact, "args_namespace")
+            self._args_dict(_drop_cut_entry(d, line), fact, "args_namespace")
 
     def _h_engine_config(self, m: re.Match, line: Line, fact: Fact) -> None:
         kind = m.group("kind")
         self.facts.engine.append(self._with(fact, "v1" if kind == "a V1" else "v0", "engine_config"))
         if m.group("version"):
             self.facts.version.append(self._with(fact, m.group("version"), "engine_config"))
-        kv = split_key_values(m.group("body"))
+        kv = _drop_cut_entry(split_key_values(m.group("body")), line)
         for k, raw in kv.items():
             key = _ARG_ALIASES.get(k, k)
             if key == "device_config":
@@ -315,13 +364,12 @@ class Extractor:
             if img is None:
                 return
             toks = toks[img + 1:]
-        if "serve" in toks[:3]:
-            k = toks.index("serve")
-            if k + 1 < len(toks) and not toks[k + 1].startswith("-"):
-                toks = ["--model", toks[k + 1], *toks[k + 2:]]
-            else:
-                toks = toks[k + 1:]
-        self._args_dict(_parse_cli(toks, i), fact, "user_command")
+        serve = next((k for k in range(1, len(toks)) if toks[k] == "serve" and toks[k - 1].rsplit("/", 1)[-1] == "vllm"), None)
+        if serve is not None:
+            args = _parse_cli(toks[serve + 1:], i, positional=True)
+        else:
+            args = _parse_cli(toks, i)
+        self._args_dict(args, fact, "user_command")
 
     def _h_command_continuation(self, m: re.Match, line: Line, fact: Fact) -> None:
         # after a backslash the command goes on (lines without known flags in between are skipped by the
@@ -377,7 +425,16 @@ class Extractor:
         self._config("model", fact, m.group("model"), "prose")
 
     def _h_llm_constructor(self, m, line, fact):
-        self._config("model", fact, m.group("model"), "user_command")
+        self._llm_line = line.number
+        if m.group("model"):
+            self._config("model", fact, m.group("model"), "user_command")
+
+    def _h_llm_model_kwarg(self, m, line, fact):
+        if 0 < line.number - self._llm_line <= 5:  # an argument of the LLM( call just above
+            self._config("model", fact, m.group("model"), "user_command")
+
+    def _h_cpu_backend_evidence(self, m, line, fact):
+        self.facts.platform.append(self._with(fact, "cpu", "cpu_backend_evidence"))
 
     def _h_rocm_evidence(self, m, line, fact):
         self.facts.platform.append(self._with(fact, "rocm", "rocm_evidence"))
@@ -440,7 +497,10 @@ class Extractor:
         plat = {"cuda": "cuda", "npu": "npu", "rocm": "rocm", "tpu": "tpu", "hpu": "hpu", "xpu": "xpu"}.get(dev.lower())
         if plat:
             self.facts.platform.append(self._with(fact, plat, "blocks_device"))
-        self.facts.engine.append(self._with(fact, "v0", "gpu_blocks"))
+        # V1 prototype (0.6.6-0.7.3) printed a bare '# GPU blocks: N' from v1/core/kv_cache_utils.py;
+        # V0 executors print the pair '# <dev> blocks: N, # CPU blocks: M'
+        v1_proto = m.group("cpu_blocks") is None and "kv_cache_utils.py" in line.text
+        self.facts.engine.append(self._with(fact, "v1" if v1_proto else "v0", "gpu_blocks"))
         self._kv_seen()
         self._emit("blocks", f)
 
@@ -502,8 +562,8 @@ class Extractor:
         self._memory("cuda_graph_estimate_gib", fact, _float(m.group("gib")))
 
     def _h_cuda_graph_equivalent(self, m, line, fact):
-        self._config("gpu_memory_utilization", fact, _float(m.group("util")), "cuda_graph_equivalent")
-        self._memory("equivalent_utilization", fact, _float(m.group("equivalent")))
+        self._config("gpu_memory_utilization", fact, _float(m.group("util") or m.group("util2")), "cuda_graph_equivalent")
+        self._memory("equivalent_utilization", fact, _float(m.group("equivalent") or m.group("equivalent2")))
 
     def _h_cpu_kv_budget(self, m, line, fact):
         kind = "cpu_auto" if m.group("how") == "Auto" else "cpu_explicit"
@@ -571,7 +631,10 @@ class Extractor:
             self._ikv_parts.append(part)
         else:
             return
-        full = self._ikv_regex.search(" ".join(p[1] for p in self._ikv_parts))
+        joined = " ".join(p[1] for p in self._ikv_parts)
+        full = self._ikv_regex.search(joined)
+        if full is not None and line.unterminated and full.end() == len(joined) and joined[-1:] in _CUT_CHARS:
+            return  # the input ends inside the message's last number
         if full is None:
             if len(self._ikv_parts) >= 5:
                 self._ikv_parts = []

@@ -72,23 +72,30 @@ pat("platform_detected", "all", ("detected platform", "Platform plugin"),
     r"(?:Automatically detected platform (?P<platform>\w+)\.|Platform plugin (?P<plugin>\w+) is activated)",
     [("INFO 05-01 10:00:00 [__init__.py:235] Automatically detected platform rocm.", {"platform": "rocm"}),
      ("INFO 08-20 10:10:00 [__init__.py:220] Platform plugin ascend is activated", {"plugin": "ascend"})])
-pat("rocm_evidence", "all (ROCm builds print device_config=cuda)", ("ROCm", "rocm", "librccl"),
-    r"(?P<evidence>Using ROCmFlashAttention|on ROCm|\[rocm\.py:|librccl|Automatically detected platform rocm|ROCm \d)",
+pat("rocm_evidence", "all (ROCm builds print device_config=cuda)", ("ROCm", "rocm", "librccl", "on AMD GPUs"),
+    r"(?P<evidence>Using ROCmFlashAttention|on ROCm|not supported on AMD GPUs|\[rocm\.py:|librccl|Automatically detected platform rocm|ROCm \d)",
     [("WARNING 03-08 08:22:21 [gpt_oss_triton_kernels_moe.py:56] Using legacy triton_kernels on ROCm", {"evidence": "on ROCm"}),
      ("INFO 05-01 05:25:26 selector.py:38] Using ROCmFlashAttention backend.", {"evidence": "Using ROCmFlashAttention"})])
 pat("npu_evidence", "vLLM-Ascend (any version)", ("torch_npu", "torch.npu.", "vllm_ascend", "vllm-ascend", "[model_runner_v1.py:", "[worker_v1.py:"),
     r"(?P<evidence>torch_npu|torch\.npu\.|vllm_ascend|vllm-ascend|\[model_runner_v1\.py:|\[worker_v1\.py:)",
     [("(Worker_TP0 pid=2) ERROR 06-01 10:00:00 [multiproc_executor.py:824]     torch.npu.synchronize()", {"evidence": "torch.npu."}),
      ("INFO 06-01 10:00:00 [model_runner_v1.py:2233] Loading model weights took 28.4835 GB", {"evidence": "[model_runner_v1.py:"})])
+pat("cpu_backend_evidence", "CPU backend (V0 cpu_executor, V1 cpu_worker/cpu_model_runner)", ("cpu_executor.py", "cpu_worker.py", "cpu_model_runner.py"),
+    r"(?P<evidence>\bcpu_executor\.py:|\bcpu_worker\.py:|\bcpu_model_runner\.py:)",
+    [("INFO 12-12 22:54:40 cpu_executor.py:186] # CPU blocks: 21845", {"evidence": "cpu_executor.py:"})])
 pat("prose_model", "any (a 'MODEL: org/name' line in a pasted report)", ("MODEL", "Model", "model:"),
     r"^\s*(?:[-*]\s+)?\**(?:MODEL|Model|model)\**\s*[:=]\s*\**`?(?P<model>[\w.-]+/[\w.-]+)`?\**\s*$",
     [("MODEL: meta-llama/Llama-3.1-8B-Instruct", {"model": "meta-llama/Llama-3.1-8B-Instruct"}),
      ("- **Model**: `Qwen/Qwen3-32B`", {"model": "Qwen/Qwen3-32B"})])
 pat("llm_constructor", "offline use (a pasted Python LLM(...) call)", "LLM(",
-    r"\bLLM\(\s*model\s*=\s*(?P<q>[\"'])(?P<model>[^\"']+)(?P=q)",
-    [("llm = LLM(model=\"facebook/opt-125m\", gpu_memory_utilization=0.5)", {"model": "facebook/opt-125m"})])
+    r"\bLLM\(\s*(?:model\s*=\s*(?P<q>[\"'])(?P<model>[^\"']+)(?P=q))?",
+    [("llm = LLM(model=\"facebook/opt-125m\", gpu_memory_utilization=0.5)", {"model": "facebook/opt-125m"}),
+     ("llm = LLM(", {"model": None})])
+pat("llm_model_kwarg", "offline use (the model= argument of a multi-line LLM(...) call)", "model=",
+    r"^\s+model\s*=\s*(?P<q>[\"'])(?P<model>[^\"']+)(?P=q),?\s*$",
+    [('    model="facebook/opt-125m",', {"model": "facebook/opt-125m"})])
 pat("user_command", "any (the launch command pasted above a log)", ("vllm serve", "api_server", "vllm.entrypoints", "benchmark_", "vllm-openai"),
-    r"^\s*(?:\([\w.-]+\)\s+)?(?:\S*[#$>]\s+)?(?:(?:export )?\S+=\S+ )*(?P<cmd>(?:vllm serve|python3? -m vllm\.entrypoints\.\S+|python3? \S*(?:api_server|benchmark_\w+)\.py|docker run .*?vllm-openai\S*)(?:\s.*)?)$",
+    r"^\s*(?:\([\w.-]+\)\s+)?(?:\S*[#$>]\s+)?(?:(?:export )?\S+=\S+ )*(?P<cmd>(?:(?:nohup|exec|time|sudo(?: -E)?|uv run|uvx|pipx run)\s+)*(?:(?:\S*/)?vllm serve|(?:\S*/)?python3?(?:\.\d+)? -m vllm\.entrypoints\.\S+|(?:\S*/)?python3?(?:\.\d+)? \S*(?:api_server|benchmark_\w+)\.py|docker run .*?vllm-openai\S*)(?:\s.*)?)$",
     [("$ vllm serve /home/models/Qwen3/Qwen3-4B --max-model-len 4096 --gpu-memory-utilization 0.8",
       {"cmd": "vllm serve /home/models/Qwen3/Qwen3-4B --max-model-len 4096 --gpu-memory-utilization 0.8"}),
      ("(qwen25vl) lzh@host:~/Code$ vllm serve /models/Qwen2.5-VL-72B --tensor-parallel-size 4",
@@ -151,7 +158,7 @@ pat("v0_profile_kv", "~0.6.5-0.10 V0", "reserved for KV Cache is",
     [("INFO 07-03 14:17:31 worker.py:232] model weights take 14.99GiB; non_torch_memory takes 0.19GiB; PyTorch activation peak memory takes 1.23GiB; the rest of the memory reserved for KV Cache is 54.78GiB.",
       {"gib": "54.78"})])
 pat("v0_profile_results", "0.6.4 V0", "Memory profiling results:",
-    r"Memory profiling results:.*?total_gpu_memory=(?P<total>[\d.]+)GiB.*?kv_cache_size=(?P<gib>" + _NUM + r")GiB(?:.*?gpu_memory_utilization=(?P<util>[\d.]+))?",
+    r"Memory profiling results:.*?total_gpu_memory=(?P<total>[\d.]+)GiB.*?kv_cache_size=(?P<gib>" + _NUM + r")GiB(?:.*?gpu_memory_utilization=(?P<util>\d+(?:\.\d+)?))?",
     [("INFO 11-18 17:11:01 worker.py:232] Memory profiling results: total_gpu_memory=44.42GiB initial_memory_usage=8.19GiB peak_torch_memory=8.70GiB memory_usage_post_profile=8.26GiB non_torch_memory=0.73GiB kv_cache_size=30.55GiB gpu_memory_utilization=0.90",
       {"total": "44.42", "gib": "30.55", "util": "0.90"})])
 pat("model_loading", "all (wording and unit vary)", (" took ",),
@@ -179,8 +186,8 @@ pat("kv_cache_memory_bytes", "0.10+ with --kv-cache-memory-bytes", "as specified
 pat("cuda_graph_estimate", ">=0.19", "Estimated CUDA graph memory",
     r"Estimated CUDA graph memory: (?P<gib>[\d.]+) GiB total",
     [("INFO 11-29 08:41:10 [gpu_worker.py:330] Estimated CUDA graph memory: 1.25 GiB total", {"gib": "1.25"})])
-pat("cuda_graph_equivalent", ">=0.19", "is equivalent to --gpu-memory-utilization",
-    r"--gpu-memory-utilization=(?P<util>[\d.]+) is equivalent to --gpu-memory-utilization=(?P<equivalent>[\d.]+)",
+pat("cuda_graph_equivalent", ">=0.19", ("is equivalent to --gpu-memory-utilization", "increase --gpu-memory-utilization from"),
+    r"(?:--gpu-memory-utilization=(?P<util>\d+(?:\.\d+)?) is equivalent to --gpu-memory-utilization=(?P<equivalent>\d+(?:\.\d+)?)|increase --gpu-memory-utilization from (?P<util2>\d+(?:\.\d+)?) to (?P<equivalent2>\d+(?:\.\d+)?))",
     [("INFO 11-29 08:41:10 [gpu_worker.py:340] CUDA graph memory profiling is enabled (default since v0.21.0). The current --gpu-memory-utilization=0.9000 is equivalent to --gpu-memory-utilization=0.8842 without CUDA graph memory profiling.",
       {"util": "0.9000", "equivalent": "0.8842"})])
 pat("cpu_kv_budget", "CPU backend >=0.20", "GiB for KV cache on node",
@@ -343,7 +350,7 @@ pat("recompute_runtime", "vLLM-Ascend", "[RecomputeScheduler]",
 
 # --- runtime (facts §10) --------------------------------------------------------------------------
 pat("v0_preemption", "V0", "is preempted by",
-    r"is preempted by (?P<mode>PreemptionMode\.\w+|\w+) mode because there is not enough KV cache space.*?(?:total_num_cumulative_preemption=(?P<total>\d+))?$",
+    r"is preempted by (?P<mode>PreemptionMode\.\w+|\w+) mode because(?: there is not enough KV cache space)?.*?(?:total_num_cumulative_preemption=(?P<total>\d+))?$",
     [("WARNING 07-03 15:02:11 scheduler.py:1560] Sequence group 42 is preempted by PreemptionMode.RECOMPUTE mode because there is not enough KV cache space. This can affect the end-to-end performance. Increase gpu_memory_utilization or tensor_parallel_size to provide more KV cache memory. total_num_cumulative_preemption=51",
       {"mode": "PreemptionMode.RECOMPUTE", "total": "51"})])
 pat("stats", "V0 and V1, all", "Avg prompt throughput",

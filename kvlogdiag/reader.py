@@ -65,6 +65,7 @@ class Line:
     rank: str | None = None
     raw: str = ""
     meta: dict | None = None
+    unterminated: bool = False  # the input ended inside this line: its last value may be cut
 
 
 # --- envelopes -----------------------------------------------------------------------------
@@ -757,12 +758,16 @@ def iter_lines(
             parts = chunk.split(b"\n")
             if parts and parts[-1] == b"":
                 parts.pop()
-            for part in parts:
+            last = len(parts) - 1 if not chunk.endswith(b"\n") else -1
+            for i, part in enumerate(parts):
                 number += 1
                 if len(part) > MAX_LINE_BYTES:
                     part = part[:MAX_LINE_BYTES]
                     st.long_lines += 1
-                yield make_line(number, part)
+                line = make_line(number, part)
+                if i == last:
+                    line.unterminated = True
+                yield line
         else:
             found, newlines = scan(chunk)
             for before, start, end in found:
@@ -770,7 +775,10 @@ def iter_lines(
                 if len(part) > MAX_LINE_BYTES:
                     part = part[:MAX_LINE_BYTES]
                     st.long_lines += 1
-                yield make_line(number + before + 1, part)
+                line = make_line(number + before + 1, part)
+                if end == len(chunk) and not chunk.endswith(b"\n"):
+                    line.unterminated = True
+                yield line
             number += newlines
             if not chunk.endswith(b"\n"):
                 number += 1  # the last line has no newline; it still counts
@@ -998,3 +1006,57 @@ def _parallel_lines(fh: BinaryIO, name: str, prefilter: "re.Pattern[bytes]", st:
     except OSError as exc:
         raise _read_error(name, exc) from None
     return _chunks(fh.read, name, CHUNK_BYTES, carry, skipping, stats=st), number
+
+
+# --- hard-wrapped pastes -------------------------------------------------------------------------
+#
+# A log copied out of a terminal or a web page may be cut into rows of a fixed width: a KV line
+# becomes "... Available KV cache me" + "mory: 11.03 GiB". Such a paste shows many lines of exactly
+# the longest length. It is read without the prefilter (the pieces hold no keyword) and every row of
+# (nearly) full width is joined with the rows after it, unless a row looks like the start of a line.
+
+WRAP_MIN_WIDTH = 60
+WRAP_MAX_WIDTH = 400  # terminals and web views wrap at 80-320 columns; longer equal rows are repeats
+WRAP_MIN_ROWS = 3  # distinct rows of exactly the widest length
+WRAP_SLACK = 25  # a row this much shorter than the width may still have been wrapped (at a word)
+_LINE_START = re.compile(
+    r"""^(?:\s*$|\s{2,}|\t|[`#>|*-]|\(|\[|\{|\d{4}-\d\d-\d\d|[A-Z][a-z]{2}\ [\ \d]\d\ \d\d:
+    |(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\b|Traceback|Loading|Capturing|Processed|Adding|[\w.-]+\s+\|)""",
+    re.X,
+)
+
+
+def detect_hard_wrap(fh: BinaryIO, name: str = "<input>") -> int | None:
+    """The row width of a hard-wrapped paste, judged from the buffered head of ``fh``; else None.
+
+    Raises `InputError` when the head cannot be read (a truncated or corrupt archive)."""
+    try:
+        head = fh.peek(CHUNK_BYTES) if hasattr(fh, "peek") else b""
+    except InputError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - gzip/lzma/zstd errors differ; all are input errors
+        raise _read_error(name, exc) from None
+    rows = head.split(b"\n")[:-1] if b"\n" in head else []
+    if len(rows) < WRAP_MIN_ROWS:
+        return None
+    lens = [len(r.rstrip(b"\r").decode("utf-8", "replace")) for r in rows]
+    width = max(lens)
+    if not WRAP_MIN_WIDTH <= width <= WRAP_MAX_WIDTH:
+        return None
+    widest = {r for r, n in zip(rows, lens) if n == width}
+    return width if len(widest) >= WRAP_MIN_ROWS else None
+
+
+def unwrap_lines(lines: Iterator[Line], width: int) -> Iterator[Line]:
+    """Join the rows of a hard-wrapped paste back into lines (numbered by their first row)."""
+    held: Line | None = None
+    for line in lines:
+        if held is not None and len(held.raw) >= width - WRAP_SLACK and not _LINE_START.match(line.raw):
+            held = Line(held.number, held.text + line.raw, held.rank, held.raw + line.raw, held.meta,
+                        line.unterminated)
+            continue
+        if held is not None:
+            yield held
+        held = line
+    if held is not None:
+        yield held

@@ -196,8 +196,9 @@ _EX = Extractor("x")
 _EX_STATE = dict(vars(_EX))  # state right after __init__ (building an Extractor costs ~0.4 ms; feeding ~10 us)
 
 
-def _line_facts(raw: bytes, fresh: bool = False) -> dict[str, list]:
-    """Facts of one line on its own, from a new extractor (``fresh``) or the reset shared one."""
+def _line_facts(raw: bytes, fresh: bool = False, cut: bool = False) -> dict[str, list]:
+    """Facts of one line on its own, from a new extractor (``fresh``) or the reset shared one;
+    ``cut``: the input ends inside this line (the reader marks such a line ``unterminated``)."""
     from kvlogdiag.facts import LogFacts
 
     if fresh:
@@ -206,7 +207,9 @@ def _line_facts(raw: bytes, fresh: bool = False) -> dict[str, list]:
         ex = _EX
         ex.__dict__.update(_EX_STATE)
         ex.facts = LogFacts(source="x")
-    ex.feed(make_line(1, raw))
+    line = make_line(1, raw)
+    line.unterminated = cut
+    ex.feed(line)
     f = ex.finish(1)
     out: dict[str, list] = {c: [x.value for x in getattr(f, c)] for c in _KV_CATS}
     for k, lst in f.config.items():
@@ -232,7 +235,7 @@ def _cut_violations(lines: list[bytes], cats) -> list[tuple]:
         full = _line_facts(raw)
         assert full == _line_facts(raw, fresh=True)  # the reset extractor behaves like a new one
         for k in range(len(raw)):
-            part = _line_facts(raw[:k])
+            part = _line_facts(raw[:k], cut=True)
             for cat, vals in part.items():
                 if not cats(cat):
                     continue
@@ -262,23 +265,10 @@ def test_cut_at_every_byte_of_v1_tp4_workers_never_gives_a_wrong_kv_figure():
     assert _cut_violations(cand, lambda c: c in _KV_CATS) == []
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: a log cut inside a number (a file copied while vLLM writes it, `head -c`) gives a wrong figure: "
-    "'# GPU blocks: 28048' cut after '280' reads 280 blocks (KVD014 then fires on it), the insufficient-KV "
-    "error's 'estimated maximum model length is 1234' cut reads 12. Fix reader.iter_lines: mark the last "
-    "line when the input ends without a newline (Line.meta['unterminated']=True); extract.Extractor.feed: "
-    "on such a line skip a pattern match whose m.end() == len(text) and whose last character is a digit, "
-    "'.' or ',' (the value may go on)"))
 def test_cut_at_every_byte_of_every_samples_kv_lines_never_gives_a_wrong_kv_figure():
     assert _cut_violations(_kv_lines(SAMPLES), lambda c: c in _KV_CATS) == []
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: a cut 'non-default args: {...' / 'Initializing a V1 LLM engine ... with config:' line gives wrong "
-    "config values: 'max_model_len': 65536 cut reads 6, 'block_size': 32 reads 3, "
-    "gpu_memory_utilization 0.92 reads 0 (KVD002/KVD004 then reason on them). Fix pyrepr.parse_repr: when "
-    "the dict/Namespace is not closed, drop its last (possibly cut) entry; extract._h_engine_config: drop "
-    "the last key=value of an unterminated line (same 'unterminated' flag as for KV figures)"))
 def test_cut_at_every_byte_of_config_lines_never_gives_a_wrong_config_value():
     cand = [ln for ln in _lines(TP4) if b"non-default args" in ln or b"with config:" in ln]
     assert cand
@@ -339,9 +329,6 @@ def test_cut_at_sampled_byte_offsets_cli(k):
         assert a["kv_cache"]["bytes_per_token"] == TP4_FULL["kv_cache"]["bytes_per_token"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: v0 log cut inside '# GPU blocks: 28048' reports 2/28/280/2804 blocks and fires KVD014 on them; "
-    "same fix as test_cut_at_every_byte_of_every_samples_kv_lines_never_gives_a_wrong_kv_figure"))
 def test_v0_log_cut_inside_the_block_count_end_to_end():
     data = V0.read_bytes()
     start = data.index(b"# GPU blocks: ") + len(b"# GPU blocks: ")
