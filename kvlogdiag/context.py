@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvlogdiag.derive import _as_int, _dig_additional, parse_version
+from kvlogdiag.derive import as_int, dig_additional, parse_version
 from kvlogdiag.facts import Fact, LogFacts
 
 GIB = 1 << 30
@@ -257,7 +257,7 @@ def build_context(facts: LogFacts, analysis: dict, options: Options | None = Non
         role = {"kv_producer": "prefill", "kv_consumer": "decode", "kv_both": "mixed"}.get(summ.get("kv_role") or "")
     put("node_role", role)
     ac = cfg.get("additional_config")
-    rse = _dig_additional(ac, "recompute_scheduler_enable")
+    rse = dig_additional(ac, "recompute_scheduler_enable")
     if rse is None:
         f = (facts.config.get("ascend_config.recompute_scheduler_enable") or [None])[0]
         if f is not None:
@@ -267,11 +267,11 @@ def build_context(facts: LogFacts, analysis: dict, options: Options | None = Non
     # retention interval: the CLI flag beats the env var (vLLM >= 0.29 reads the flag first)
     ri, rsrc, rfact = None, None, None
     fl = chosen.get("prefix_cache_retention_interval")
-    if fl is not None and _as_int(fl.value) is not None:
-        ri, rsrc, rfact = _as_int(fl.value), "flag", fl
+    if fl is not None and as_int(fl.value) is not None:
+        ri, rsrc, rfact = as_int(fl.value), "flag", fl
     elif "VLLM_PREFIX_CACHE_RETENTION_INTERVAL" in facts.env:
         ef = facts.env["VLLM_PREFIX_CACHE_RETENTION_INTERVAL"]
-        ri, rsrc, rfact = _as_int(ef.value), "env", ef
+        ri, rsrc, rfact = as_int(ef.value), "env", ef
     elif facts.events.get("retention_not_multiple"):
         ef = facts.events["retention_not_multiple"][0]
         ri, rsrc, rfact = ef.value[0], "error", ef
@@ -290,10 +290,10 @@ def build_context(facts: LogFacts, analysis: dict, options: Options | None = Non
                 if isinstance(c, dict) and isinstance(c.get("kv_connector_extra_config"), dict):
                     extras.append(c["kv_connector_extra_config"])
     for ex in extras:
-        if total_b is None and _as_int(ex.get("cpu_bytes_to_use")) is not None:
-            total_b = _as_int(ex.get("cpu_bytes_to_use"))
-        if per_rank_b is None and _as_int(ex.get("cpu_bytes_to_use_per_rank")) is not None:
-            per_rank_b = _as_int(ex.get("cpu_bytes_to_use_per_rank"))
+        if total_b is None and as_int(ex.get("cpu_bytes_to_use")) is not None:
+            total_b = as_int(ex.get("cpu_bytes_to_use"))
+        if per_rank_b is None and as_int(ex.get("cpu_bytes_to_use_per_rank")) is not None:
+            per_rank_b = as_int(ex.get("cpu_bytes_to_use_per_rank"))
     put("offload_cpu_bytes_total", total_b, chosen.get("kv_transfer_config"))
     put("offload_cpu_bytes_per_rank", per_rank_b, chosen.get("kv_transfer_config"))
     roc = facts.events.get("recompute_offload_connector") or []
@@ -375,7 +375,7 @@ def build_context(facts: LogFacts, analysis: dict, options: Options | None = Non
     put("retention_error_value", rnm.value[0] if rnm else None, rnm)
     put("retention_error_block", rnm.value[1] if rnm else None, rnm)
     lpt = [f for f in facts.config.get("long_prefill_token_threshold", []) if f.source == "partial_prefill_line"]
-    put("long_prefill_threshold_logged", _as_int(lpt[-1].value) if lpt else None, lpt[-1] if lpt else None)
+    put("long_prefill_threshold_logged", as_int(lpt[-1].value) if lpt else None, lpt[-1] if lpt else None)
     put("launch_args_logged", any(f.source in ("non_default_args", "args_namespace", "user_command")
                                   for lst in facts.config.values() for f in lst))
     act = facts.memory.get("activation_peak_gib") or []

@@ -86,7 +86,7 @@ def _same(a: Any, b: Any) -> bool:
     return a == b
 
 
-def _as_int(v: Any) -> int | None:
+def as_int(v: Any) -> int | None:
     if isinstance(v, bool) or v is None:
         return None
     if isinstance(v, int):
@@ -101,7 +101,7 @@ def _as_int(v: Any) -> int | None:
     return None
 
 
-def _as_float(v: Any) -> float | None:
+def as_float(v: Any) -> float | None:
     if isinstance(v, bool) or v is None:
         return None
     try:
@@ -111,7 +111,7 @@ def _as_float(v: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
-def _as_bool(v: Any) -> bool | None:
+def as_bool(v: Any) -> bool | None:
     if isinstance(v, bool):
         return v
     if isinstance(v, str) and v in ("True", "False", "true", "false"):
@@ -119,7 +119,7 @@ def _as_bool(v: Any) -> bool | None:
     return None
 
 
-def _as_str(v: Any) -> str | None:
+def as_str(v: Any) -> str | None:
     if v is None:
         return None
     if isinstance(v, str):
@@ -176,7 +176,7 @@ def kv_transfer_summary(ktc: Any) -> dict | None:
             "all_connectors": [c for c in [connector, *children] if c]}
 
 
-def _dig_additional(ac: Any, key: str) -> Any:
+def dig_additional(ac: Any, key: str) -> Any:
     if not isinstance(ac, dict):
         return None
     if key in ac:
@@ -280,13 +280,13 @@ def derive(facts: LogFacts) -> dict[str, Any]:
     engine = resolve_engine(facts, version)
     platform = resolve_platform(facts)
 
-    block_size = _as_int(cfg.get("block_size"))
+    block_size = as_int(cfg.get("block_size"))
     ktc = cfg.get("kv_transfer_config")
     ktc = ktc if isinstance(ktc, dict) else None
     ac = cfg.get("additional_config")
     ac = ac if isinstance(ac, dict) else None
 
-    hma_disabled = _as_bool(cfg.get("disable_hybrid_kv_cache_manager"))
+    hma_disabled = as_bool(cfg.get("disable_hybrid_kv_cache_manager"))
     hma_events = [n for n in ("hma_disabled_hybrid_model", "hma_auto_off", "hma_chunked_local",
                               "hma_explicit_unsupported", "hma_unify_failed") if facts.event_count(n)]
     if hma_events:
@@ -324,7 +324,7 @@ def derive(facts: LogFacts) -> dict[str, Any]:
         notes.append("num_gpu_blocks_override decouples the token count from the memory figure: "
                      "bytes per token cannot be read from this log")
         bpt = None
-    model = _as_str(cfg.get("model"))
+    model = as_str(cfg.get("model"))
     if vt is not None and (0, 20) <= vt < (0, 21) and model and re.search(r"deepseek[-_]?v4", model, re.I):
         notes.append("vLLM 0.20.x prints a group-count token figure for hybrid DeepSeek-V4: "
                      "Z/N is not a per-token cost in this version")
@@ -351,9 +351,9 @@ def derive(facts: LogFacts) -> dict[str, Any]:
         bpt_err = x if MIN_PLAUSIBLE_BPT <= x <= MAX_PLAUSIBLE_BPT else None
 
     st = facts.stats
-    tp = _as_int(cfg.get("tensor_parallel_size"))
-    pp = _as_int(cfg.get("pipeline_parallel_size"))
-    dp = _as_int(cfg.get("data_parallel_size"))
+    tp = as_int(cfg.get("tensor_parallel_size"))
+    pp = as_int(cfg.get("pipeline_parallel_size"))
+    dp = as_int(cfg.get("data_parallel_size"))
     summary = kv_transfer_summary(ktc)
 
     analysis: dict[str, Any] = {
@@ -365,17 +365,17 @@ def derive(facts: LogFacts) -> dict[str, Any]:
             "tensor_parallel_size": tp,
             "pipeline_parallel_size": pp,
             "data_parallel_size": dp,
-            "max_model_len": _as_int(cfg.get("max_model_len")),
+            "max_model_len": as_int(cfg.get("max_model_len")),
             "block_size": block_size,
-            "gpu_memory_utilization": _as_float(cfg.get("gpu_memory_utilization")),
-            "kv_cache_dtype": _as_str(cfg.get("kv_cache_dtype")),
-            "max_num_batched_tokens": _as_int(cfg.get("max_num_batched_tokens")),
-            "max_num_seqs": _as_int(cfg.get("max_num_seqs")),
-            "max_num_partial_prefills": _as_int(cfg.get("max_num_partial_prefills")),
-            "max_long_partial_prefills": _as_int(cfg.get("max_long_partial_prefills")),
-            "long_prefill_token_threshold": _as_int(cfg.get("long_prefill_token_threshold")),
-            "enable_prefix_caching": _as_bool(cfg.get("enable_prefix_caching")),
-            "enforce_eager": _as_bool(cfg.get("enforce_eager")),
+            "gpu_memory_utilization": as_float(cfg.get("gpu_memory_utilization")),
+            "kv_cache_dtype": as_str(cfg.get("kv_cache_dtype")),
+            "max_num_batched_tokens": as_int(cfg.get("max_num_batched_tokens")),
+            "max_num_seqs": as_int(cfg.get("max_num_seqs")),
+            "max_num_partial_prefills": as_int(cfg.get("max_num_partial_prefills")),
+            "max_long_partial_prefills": as_int(cfg.get("max_long_partial_prefills")),
+            "long_prefill_token_threshold": as_int(cfg.get("long_prefill_token_threshold")),
+            "enable_prefix_caching": as_bool(cfg.get("enable_prefix_caching")),
+            "enforce_eager": as_bool(cfg.get("enforce_eager")),
             "disable_hybrid_kv_cache_manager": hma_disabled,
             "kv_transfer_config": ktc,
             "additional_config": ac,

@@ -421,6 +421,15 @@ class Extractor:
     def _h_npu_evidence(self, m, line, fact):
         self.facts.platform.append(self._with(fact, "npu", "npu_evidence"))
 
+    def _h_prose_setting(self, m, line, fact):
+        if "e.g." in line.text or "instead of" in line.text or "such as" in line.text:
+            return  # advice about a value, not the value used
+        key = m.group("key").replace("-", "_")
+        val = _float(m.group("value")) if key == "gpu_memory_utilization" else _int(m.group("value"))
+        if key == "gpu_memory_utilization" and val is not None and not 0 < val <= 1:
+            return
+        self._config(key, fact, val, "prose")
+
     def _h_prose_model(self, m, line, fact):
         self._config("model", fact, m.group("model"), "prose")
 

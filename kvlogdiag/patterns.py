@@ -77,12 +77,19 @@ pat("rocm_evidence", "all (ROCm builds print device_config=cuda)", ("ROCm", "roc
     [("WARNING 03-08 08:22:21 [gpt_oss_triton_kernels_moe.py:56] Using legacy triton_kernels on ROCm", {"evidence": "on ROCm"}),
      ("INFO 05-01 05:25:26 selector.py:38] Using ROCmFlashAttention backend.", {"evidence": "Using ROCmFlashAttention"})])
 pat("npu_evidence", "vLLM-Ascend (any version)", ("torch_npu", "torch.npu.", "vllm_ascend", "vllm-ascend", "[model_runner_v1.py:", "[worker_v1.py:"),
-    r"(?P<evidence>torch_npu|torch\.npu\.|vllm_ascend|vllm-ascend|\[model_runner_v1\.py:|\[worker_v1\.py:)",
+    # "vllm-ascend" only as an image, path or package name: the word in prose says nothing about this log
+    r"(?P<evidence>torch_npu|torch\.npu\.|vllm_ascend|[/:]vllm-ascend\b|\bvllm-ascend(?=[:/=]|\s*==)|\[model_runner_v1\.py:|\[worker_v1\.py:)",
     [("(Worker_TP0 pid=2) ERROR 06-01 10:00:00 [multiproc_executor.py:824]     torch.npu.synchronize()", {"evidence": "torch.npu."}),
      ("INFO 06-01 10:00:00 [model_runner_v1.py:2233] Loading model weights took 28.4835 GB", {"evidence": "[model_runner_v1.py:"})])
 pat("cpu_backend_evidence", "CPU backend (V0 cpu_executor, V1 cpu_worker/cpu_model_runner)", ("cpu_executor.py", "cpu_worker.py", "cpu_model_runner.py"),
     r"(?P<evidence>\bcpu_executor\.py:|\bcpu_worker\.py:|\bcpu_model_runner\.py:)",
     [("INFO 12-12 22:54:40 cpu_executor.py:186] # CPU blocks: 21845", {"evidence": "cpu_executor.py:"})])
+pat("prose_setting", "any (a 'key: value' / 'key=value' setting in a YAML config, a table or a report)",
+    ("gpu_memory_utilization", "gpu-memory-utilization", "max_model_len", "max-model-len", "tensor_parallel_size", "tensor-parallel-size"),
+    r"(?<![\w.-])(?P<key>gpu[-_]memory[-_]utilization|max[-_]model[-_]len|tensor[-_]parallel[-_]size)\**\s*[:=]\s*`?(?P<value>0?\.\d+|1(?:\.0+)?|\d+)\b(?!\s*instead)",
+    [("gpu-memory-utilization: 0.95", {"key": "gpu-memory-utilization", "value": "0.95"}),
+     ("| `Available KV cache memory: 67.08 GiB` | gpu_memory_utilization=0.92 下 |", {"key": "gpu_memory_utilization", "value": "0.92"}),
+     ("  max_model_len: 32768", {"key": "max_model_len", "value": "32768"})])
 pat("prose_model", "any (a 'MODEL: org/name' line in a pasted report)", ("MODEL", "Model", "model:"),
     r"^\s*(?:[-*]\s+)?\**(?:MODEL|Model|model)\**\s*[:=]\s*\**`?(?P<model>[\w.-]+/[\w.-]+)`?\**\s*$",
     [("MODEL: meta-llama/Llama-3.1-8B-Instruct", {"model": "meta-llama/Llama-3.1-8B-Instruct"}),

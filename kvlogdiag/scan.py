@@ -23,6 +23,7 @@ from typing import Any, Iterable
 
 import click
 
+from kvlogdiag.derive import as_float
 from kvlogdiag.reader import DEFAULT_MAX_BYTES
 
 DEFAULT_INCLUDE = ("*.log*", "*.out*", "*.txt*", "*.gz", "*.zst", "*.xz", "*.bz2")
@@ -312,18 +313,6 @@ def empty_row(source: str, error: str | None = None) -> dict[str, Any]:
     return row
 
 
-def _finite(v: Any) -> float | None:
-    import math
-
-    if isinstance(v, bool) or v is None:
-        return None
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
-
-
 def row_from_analysis(source: str, a: dict) -> dict[str, Any]:
     """The flat row of one analysis (JSON-safe values only)."""
     row = empty_row(source)
@@ -342,11 +331,11 @@ def row_from_analysis(source: str, a: dict) -> dict[str, Any]:
         "vllm_version": v.get("version"), "engine": v.get("engine"), "platform": v.get("platform"),
         "model": c.get("model"), "tp": c.get("tensor_parallel_size"), "pp": c.get("pipeline_parallel_size"),
         "dp": c.get("data_parallel_size"), "max_model_len": c.get("max_model_len"), "block_size": c.get("block_size"),
-        "gpu_memory_utilization": _finite(c.get("gpu_memory_utilization")), "kv_cache_dtype": c.get("kv_cache_dtype"),
-        "available_gib_min": _finite(min(mem)) if mem else None,
+        "gpu_memory_utilization": as_float(c.get("gpu_memory_utilization")), "kv_cache_dtype": c.get("kv_cache_dtype"),
+        "available_gib_min": as_float(min(mem)) if mem else None,
         "tokens_min": min(kv["tokens"]) if kv["tokens"] else None,
-        "bytes_per_token": _finite(kv.get("bytes_per_token")),
-        "max_concurrency_min": _finite(min(conc)) if conc else None,
+        "bytes_per_token": as_float(kv.get("bytes_per_token")),
+        "max_concurrency_min": as_float(min(conc)) if conc else None,
         "error_kinds": ",".join(kinds) or None,
         "n_error": sum(1 for f in fs if f["severity"] == "error"),
         "n_warning": sum(1 for f in fs if f["severity"] == "warning"),

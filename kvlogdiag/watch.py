@@ -780,28 +780,11 @@ class Watcher:
         return code
 
 
-def _regex_spans(chunk: bytes, pf) -> list[tuple[int, int]]:
-    out = []
-    search, find, rfind = pf.search, chunk.find, chunk.rfind
-    pos = 0
-    while True:
-        m = search(chunk, pos)
-        if m is None:
-            return out
-        start = rfind(b"\n", 0, m.start()) + 1
-        end = find(b"\n", m.end())
-        if end < 0:
-            end = len(chunk)
-        out.append((start, end))
-        pos = end
-
-
 def _span_finder() -> Callable:
-    """The reader's candidate-line finder (same lines as searching with the prefilter, much faster on
-    large chunks); the plain regex search where the reader has none."""
+    """The reader's candidate-line finder (same lines as searching with the prefilter, much faster)."""
     from kvlogdiag import reader
 
-    return getattr(reader, "candidate_spans", None) or _regex_spans
+    return reader.candidate_spans
 
 
 def _figures_text(ev: dict) -> str:

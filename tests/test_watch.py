@@ -333,12 +333,14 @@ def test_follow_handles_truncation_and_rotation(tmp_path, watches):
     with open(log, "wb") as fh:  # copytruncate-style
         fh.write(c)
     w.wait_for(lambda: w.stdout() == a + b + c, 10, "the content after truncation")
-    assert any(e["event"] == "note" and "truncated" in e["message"] for e in w.events())
+    w.wait_for(lambda: any(e["event"] == "note" and "truncated" in e["message"] for e in w.events()), 10,
+               "the truncation note")  # stderr may lag stdout
     os.rename(log, tmp_path / "server.log.1")  # logrotate-style: rename, then a new file
     time.sleep(0.3)
     log.write_bytes(d)
     w.wait_for(lambda: w.stdout() == a + b + c + d, 10, "the rotated file's content")
-    assert any(e["event"] == "note" and "rotated" in e["message"] for e in w.events())
+    w.wait_for(lambda: any(e["event"] == "note" and "rotated" in e["message"] for e in w.events()), 10,
+               "the rotation note")
     w.proc.send_signal(signal.SIGINT)
     assert w.proc.wait(timeout=10) == 130
     w.finish()
