@@ -99,6 +99,7 @@ def cli() -> None:
     vllm serve ... 2>&1 | kvlogdiag watch   live, behind a running server
     kvlogdiag scan /var/log/vllm/           an archive of logs → one row per run
     kvlogdiag report -                      paste a log, get a Markdown/HTML report
+    kvlogdiag estimate --log server.log     what fits: expected vs measured bytes/token, what-if
     kvlogdiag rules / explain KVD002        the rule set
     """
 
@@ -113,6 +114,9 @@ def analyze(inputs: tuple[str, ...], fmt: str, max_bytes: int, **kw: Any) -> Non
     """Analyse one or more logs (paths or - for stdin; gzip/bz2/xz/zstd detected automatically)."""
     from kvlogdiag.render import render_json, render_markdown, render_text
 
+    if not inputs and sys.stdin.isatty():
+        err("no input: give a log file, or pipe one in (kvlogdiag analyze - < server.log)")
+        sys.exit(ExitCode.ERROR)
     analyzer = build_analyzer(kw)
     opts = analyzer.options
     analyses: list[dict] = []
