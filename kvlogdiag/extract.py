@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from kvlogdiag.facts import Fact, LogFacts
 from kvlogdiag.patterns import STATS_TAIL, Pattern, catalogue
-from kvlogdiag.pyrepr import CLASS_KEY, parse_json_or_repr, parse_repr, scalar, split_key_values
+from kvlogdiag.pyrepr import CLASS_KEY, parse_json_or_repr, parse_repr, scalar, split_key_values, unwrap_path
 from kvlogdiag.reader import Line
 
 KV_USAGE_HIGH_PCT = 90.0
@@ -317,6 +317,7 @@ class Extractor:
             if key == "model" and k == "model_tag" and "model" in d:
                 continue
             if key in CONFIG_KEYS:
+                v = unwrap_path(v)
                 if isinstance(v, dict) and v.get(CLASS_KEY):
                     v = {kk: vv for kk, vv in v.items()}
                 if key in ("kv_transfer_config", "additional_config", "speculative_config") and isinstance(v, str):

@@ -474,6 +474,16 @@ def scalar(raw: str) -> Any:
     except ValueError:
         pass
     if t[0] in "{[(" or "(" in t:
-        val = parse_json_or_repr(t)
-        return val
+        return unwrap_path(parse_json_or_repr(t))
     return t
+
+
+_PATH_CLASSES = frozenset({"PosixPath", "Path", "WindowsPath", "PurePosixPath", "PureWindowsPath"})
+
+
+def unwrap_path(val: Any) -> Any:
+    """``PosixPath('/models/x')`` (old vLLM printed model paths so) → ``'/models/x'``."""
+    if (isinstance(val, dict) and val.get(CLASS_KEY) in _PATH_CLASSES and isinstance(val.get("args"), list)
+            and len(val["args"]) == 1 and isinstance(val["args"][0], str)):
+        return val["args"][0]
+    return val

@@ -287,3 +287,13 @@ def test_split_key_values_recovers_every_key(d):
     assert list(kv) == list(d)
     for k, v in d.items():
         assert parse_repr(kv[k]) == v
+
+
+def test_path_objects_become_their_path():
+    # vLLM ~0.3 printed the model as a PosixPath in the engine config line
+    from kvlogdiag.pyrepr import scalar, split_key_values
+
+    kv = split_key_values("model=PosixPath('/runs/m'), tokenizer=PosixPath('/runs/m'), max_seq_len=32768")
+    assert scalar(kv["model"]) == "/runs/m"
+    assert scalar("WindowsPath('C:/m')") == "C:/m"
+    assert scalar("KVTransferConfig(kv_role='kv_both')")["kv_role"] == "kv_both"  # other classes stay objects
