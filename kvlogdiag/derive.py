@@ -320,10 +320,14 @@ def derive(facts: LogFacts) -> dict[str, Any]:
     if facts.event_count("unreadable_number"):
         bad = facts.events["unreadable_number"][0]
         notes.append(f"a KV line holds a number out of any real range (line {bad.line}): that figure is ignored")
-    if facts.event_count("num_gpu_blocks_override"):
+    # vLLM >= ~0.19 overrides num_gpu_blocks=0 by itself while it profiles CUDA-graph memory; only an
+    # override of a real allocation decouples the pool from the memory figure
+    if any((f.value[0] or 0) > 0 for f in facts.events.get("num_gpu_blocks_override", [])):
         notes.append("num_gpu_blocks_override decouples the token count from the memory figure: "
                      "bytes per token cannot be read from this log")
         bpt = None
+        for p in pairs:
+            p["bytes_per_token"] = None
     model = as_str(cfg.get("model"))
     if vt is not None and (0, 20) <= vt < (0, 21) and model and re.search(r"deepseek[-_]?v4", model, re.I):
         notes.append("vLLM 0.20.x prints a group-count token figure for hybrid DeepSeek-V4: "
@@ -349,6 +353,13 @@ def derive(facts: LogFacts) -> dict[str, Any]:
         # length rounded up to whole blocks): the per-token cost a failed start-up still reveals
         x = ik["needed_gib"] * GIB / ik["max_seq_len"]
         bpt_err = x if MIN_PLAUSIBLE_BPT <= x <= MAX_PLAUSIBLE_BPT else None
+        if bpt_err is not None and ((as_int(cfg.get("pipeline_parallel_size")) or 1) > 1
+                                    or any(f.rank and "PP" in f.rank for f in facts.available)):
+            # with pipeline parallelism the start-up check can count the layers of every stage
+            # (vllm-project/vllm#32105): not a per-rank figure
+            notes.append("with pipeline parallelism vLLM's 'KV cache is needed' figure may count the layers of "
+                         "every stage: no per-rank bytes per token is derived from it")
+            bpt_err = None
 
     st = facts.stats
     tp = as_int(cfg.get("tensor_parallel_size"))

@@ -606,6 +606,9 @@ class Extractor:
                 self._config("block_size", fact, int(m.group(g)), "block_size_line")
                 return
 
+    def _h_api_server_count_default(self, m, line, fact):
+        self._config("data_parallel_size", fact, _int(m.group("dp")), "using_max_model_len")
+
     def _h_using_max_model_len(self, m, line, fact):
         self._config("max_model_len", fact, _int(m.group("n")), "using_max_model_len")
 

@@ -225,6 +225,9 @@ pat("block_size_set", "all (backend overrides, vLLM-Ascend)", ("block size to", 
     [("INFO 11-29 08:41:00 [cuda.py:200] Setting kv cache block size to 64 for FlashMLA backend(s).", {"a": "64"}),
      ("INFO 09-01 10:00:00 [config.py:100] Setting attention block size to 528 tokens to ensure that attention page size is >= mamba page size.", {"c": "528"}),
      ("WARNING 08-20 10:10:02 [platform.py:300] For deepseek_v4 model, block size should be 32, 64 or 128. Setting block size to 32 for better performance.", {"f": "32"})])
+pat("api_server_count_default", ">=0.2x with DP (API server count follows the DP size)", "Defaulting api_server_count to data_parallel_size",
+    r"Defaulting api_server_count to data_parallel_size \((?P<dp>\d+)\)",
+    [("(APIServer pid=1) INFO 11-01 10:00:00 [api_server.py:1900] Defaulting api_server_count to data_parallel_size (8).", {"dp": "8"})])
 pat("using_max_model_len", "0.10-0.17", "Using max model len",
     r"Using max model len (?P<n>\d+)",
     [("(APIServer pid=508613) INFO 03-08 08:22:23 [model.py:1554] Using max model len 4096", {"n": "4096"})])
