@@ -245,6 +245,8 @@ class Extractor:
         self._ikv_parts: list[tuple[int, str, Fact]] = []  # a split insufficient-KV message
         self._ikv_fact: Fact | None = None
         self._llm_line = -10  # line of the last 'LLM(' of a pasted offline script
+        self._advice_line = -10  # line of the last "For example" / "you could try"
+        self._cmd_need_model = False
         self._ikv_regex = next(p.regex for p in pats if p.name == "insufficient_kv")
 
     # -- plumbing ------------------------------------------------------------------------------
@@ -354,8 +356,21 @@ class Extractor:
                 self._config(key, fact, scalar(raw), "engine_config")
         self._emit("config", fact)
 
+    def _h_advice_lead(self, m, line, fact):
+        t = line.text.strip()
+        if len(t) <= 60 or t.endswith((":", ",")):  # "For example:" introducing a block, not a narrative
+            self._advice_line = line.number
+
+    def _h_command_model_line(self, m, line, fact):
+        if self._cmd_need_model and line.number - self._cmd_line == 1:
+            self._config("model", fact, m.group("model"), "user_command")
+            self._cmd_line, self._cmd_cont = line.number, True
+        self._cmd_need_model = False
+
     def _h_user_command(self, m: re.Match, line: Line, fact: Fact) -> None:
-        cmd = m.group("cmd").rstrip()
+        if 0 <= line.number - self._advice_line <= 3:
+            return  # a command suggested in a reply ("For example, ...") is not this run's
+        cmd = m.group("cmd").rstrip().rstrip("`").rstrip()
         # a command continued with a trailing backslash: the next flag lines belong to it
         self._cmd_line, self._cmd_cont = line.number, cmd.endswith("\\")
         toks = _split_command(cmd.rstrip("\\"))
@@ -368,6 +383,7 @@ class Extractor:
         serve = next((k for k in range(1, len(toks)) if toks[k] == "serve" and toks[k - 1].rsplit("/", 1)[-1] == "vllm"), None)
         if serve is not None:
             args = _parse_cli(toks[serve + 1:], i, positional=True)
+            self._cmd_need_model = "model" not in args and self._cmd_cont  # 'vllm serve \' + model below
         else:
             args = _parse_cli(toks, i)
         self._args_dict(args, fact, "user_command")
@@ -494,6 +510,9 @@ class Extractor:
         if tokens is not None and conc is not None:
             f = self._with(fact, (tokens, conc))
             self.facts.concurrency.append(f)
+            if "kv_cache_utils.py" in line.text or "," in m.group("tokens"):
+                # V1 prints it from kv_cache_utils, with thousands separators (>= 0.8); V0 never did
+                self.facts.engine.append(self._with(fact, "v1", "max_concurrency"))
             self._emit("concurrency", f)
 
     def _h_gpu_blocks(self, m, line, fact):
@@ -614,6 +633,8 @@ class Extractor:
 
     def _h_fp8_kv_cache(self, m, line, fact):
         self._event("fp8_kv_cache", fact)
+        if "fp8_ds_mla" in m.group("what"):
+            self._config("kv_cache_dtype", fact, "fp8_ds_mla", "kv_format_line")
 
     # -- errors --------------------------------------------------------------------------------
 

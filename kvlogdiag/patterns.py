@@ -76,9 +76,9 @@ pat("rocm_evidence", "all (ROCm builds print device_config=cuda)", ("ROCm", "roc
     r"(?P<evidence>Using ROCmFlashAttention|on ROCm|not supported on AMD GPUs|\[rocm\.py:|librccl|Automatically detected platform rocm|ROCm \d)",
     [("WARNING 03-08 08:22:21 [gpt_oss_triton_kernels_moe.py:56] Using legacy triton_kernels on ROCm", {"evidence": "on ROCm"}),
      ("INFO 05-01 05:25:26 selector.py:38] Using ROCmFlashAttention backend.", {"evidence": "Using ROCmFlashAttention"})])
-pat("npu_evidence", "vLLM-Ascend (any version)", ("torch_npu", "torch.npu.", "vllm_ascend", "vllm-ascend", "[model_runner_v1.py:", "[worker_v1.py:"),
+pat("npu_evidence", "vLLM-Ascend (any version)", ("torch_npu", "torch.npu.", "vllm_ascend", "vllm-ascend", "[model_runner_v1.py:", "[worker_v1.py:", "NPU out of memory", "NPUWorkspaceAllocator"),
     # "vllm-ascend" only as an image, path or package name: the word in prose says nothing about this log
-    r"(?P<evidence>torch_npu|torch\.npu\.|vllm_ascend|[/:]vllm-ascend\b|\bvllm-ascend(?=[:/=]|\s*==)|\[model_runner_v1\.py:|\[worker_v1\.py:)",
+    r"(?P<evidence>torch_npu|torch\.npu\.|vllm_ascend|[/:]vllm-ascend\b|\bvllm-ascend(?=[:/=]|\s*==)|\[model_runner_v1\.py:|\[worker_v1\.py:|NPU out of memory|NPUWorkspaceAllocator)",
     [("(Worker_TP0 pid=2) ERROR 06-01 10:00:00 [multiproc_executor.py:824]     torch.npu.synchronize()", {"evidence": "torch.npu."}),
      ("INFO 06-01 10:00:00 [model_runner_v1.py:2233] Loading model weights took 28.4835 GB", {"evidence": "[model_runner_v1.py:"})])
 pat("cpu_backend_evidence", "CPU backend (V0 cpu_executor, V1 cpu_worker/cpu_model_runner)", ("cpu_executor.py", "cpu_worker.py", "cpu_model_runner.py"),
@@ -102,13 +102,21 @@ pat("llm_model_kwarg", "offline use (the model= argument of a multi-line LLM(...
     r"^\s+model\s*=\s*(?P<q>[\"'])(?P<model>[^\"']+)(?P=q),?\s*$",
     [('    model="facebook/opt-125m",', {"model": "facebook/opt-125m"})])
 pat("user_command", "any (the launch command pasted above a log)", ("vllm serve", "api_server", "vllm.entrypoints", "benchmark_", "vllm-openai"),
-    r"^\s*(?:\([\w.-]+\)\s+)?(?:\S*[#$>]\s+)?(?:(?:export )?\S+=\S+ )*(?P<cmd>(?:(?:nohup|exec|time|sudo(?: -E)?|uv run|uvx|pipx run)\s+)*(?:(?:\S*/)?vllm serve|(?:\S*/)?python3?(?:\.\d+)? -m vllm\.entrypoints\.\S+|(?:\S*/)?python3?(?:\.\d+)? \S*(?:api_server|benchmark_\w+)\.py|docker run .*?vllm-openai\S*)(?:\s.*)?)$",
+    r"^\s*(?:[-*]\s+)?(?:\w[\w ]{0,30}:\s+)?`?\s*(?:\([\w.-]+\)\s+)?(?:\S*[#$>]\s+)?(?:(?:bash|sh|env)\s+)?(?:(?:export )?\S+=\S+ )*(?P<cmd>(?:(?:nohup|exec|time|sudo(?: -E)?|uv run|uvx|pipx run)\s+)*(?:(?:\S*/)?vllm serve|(?:\S*/)?python3?(?:\.\d+)? -m vllm\.entrypoints\.\S+|(?:\S*/)?python3?(?:\.\d+)? \S*(?:api_server|benchmark_\w+)\.py|docker run .*?vllm-openai\S*)(?:\s.*)?)$",
     [("$ vllm serve /home/models/Qwen3/Qwen3-4B --max-model-len 4096 --gpu-memory-utilization 0.8",
       {"cmd": "vllm serve /home/models/Qwen3/Qwen3-4B --max-model-len 4096 --gpu-memory-utilization 0.8"}),
      ("(qwen25vl) lzh@host:~/Code$ vllm serve /models/Qwen2.5-VL-72B --tensor-parallel-size 4",
       {"cmd": "vllm serve /models/Qwen2.5-VL-72B --tensor-parallel-size 4"}),
+     ("- command: `vllm serve unsloth/X --tensor-parallel-size 4`", {"cmd": "vllm serve unsloth/X --tensor-parallel-size 4`"}),
      ("docker run --gpus all -p 8000:8000 vllm/vllm-openai:v0.8.5 --model Qwen/Qwen2.5-7B-Instruct -tp 2 \\",
       {"cmd": "docker run --gpus all -p 8000:8000 vllm/vllm-openai:v0.8.5 --model Qwen/Qwen2.5-7B-Instruct -tp 2 \\"})])
+pat("command_model_line", "any (the model alone on the line after 'vllm serve \\')", " \\",
+    r"^\s*(?P<model>[\w.~/][\w.@:/+-]*)\s*\\\s*$",
+    [("  org/model-x \\", {"model": "org/model-x"})])
+pat("advice_lead", "any (a reply that suggests settings: the command after it is advice, not the run)",
+    ("For example", "for example", "e.g.", "you could try", "You could try", "you can try", "You can try", "Try running", "try running"),
+    r"(?P<lead>[Ff]or example|e\.g\.|[Yy]ou (?:could|can) try|[Tt]ry running)",
+    [("For example,", {"lead": "For example"})])
 pat("command_continuation", "any (a launch command continued over several lines with '\\')",
     ("--max-model-len", "--tensor-parallel-size", "--gpu-memory-utilization", "--block-size", "--kv-cache-dtype",
      "--max-num-seqs", "--max-num-batched-tokens", "--pipeline-parallel-size", "--data-parallel-size", "-tp ", "-dp ", "-pp ",
