@@ -33,7 +33,7 @@ _SOURCE_PRIORITY = {
     "free_memory_report": 30, "cuda_graph_equivalent": 29, "util_too_high_start": 28, "v0_profile": 27,
     "chunked_prefill_line": 30, "partial_prefill_line": 30, "using_max_model_len": 20,
     "server_version": 15, "logo": 14, "user_command": 10, "ascend_config": 5, "prose": 3,
-    "kv_format_line": 35,
+    "kv_format_line": 35, "wrapper_config": 44,
 }
 _ENGINE_FIRST = {"max_model_len": 60, "model": 60, "kv_cache_dtype": 60}
 

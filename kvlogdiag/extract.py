@@ -332,6 +332,11 @@ class Extractor:
         if isinstance(d, dict):
             self._args_dict(_drop_cut_entry(d, line), fact, "non_default_args")
 
+    def _h_wrapper_config_dict(self, m: re.Match, line: Line, fact: Fact) -> None:
+        d = parse_repr(m.group("body"))
+        if isinstance(d, dict) and any(_ARG_ALIASES.get(k, k) in CONFIG_KEYS for k in d if isinstance(k, str)):
+            self._args_dict(_drop_cut_entry(d, line), fact, "wrapper_config")
+
     def _h_args_namespace(self, m: re.Match, line: Line, fact: Fact) -> None:
         d = parse_repr("Namespace(" + m.group("body"))
         if isinstance(d, dict):
@@ -428,6 +433,10 @@ class Extractor:
 
     def _h_logo_model(self, m, line, fact):
         self._config("model", fact, m.group("model"), "logo")
+
+    def _h_v1_source_path(self, m, line, fact):
+        if not self.facts.engine or self.facts.engine[-1].source != "v1_source_path":
+            self.facts.engine.append(self._with(fact, "v1", "v1_source_path"))  # only V1 lives in vllm/v1/
 
     def _h_platform_detected(self, m, line, fact):
         name = (m.group("platform") or m.group("plugin") or "").lower()
@@ -667,6 +676,13 @@ class Extractor:
             return
         joined = " ".join(p[1] for p in self._ikv_parts)
         full = self._ikv_regex.search(joined)
+        if full is None and len(self._ikv_parts) > 1:
+            # a row break inside a word ("KV cach" + "e is needed"): join those rows without a space
+            glued = self._ikv_parts[0][1]
+            for _, nxt, _ in self._ikv_parts[1:]:
+                glued += ("" if glued[-1:].isalnum() and nxt[:1].islower() else " ") + nxt
+            full = self._ikv_regex.search(glued)
+            joined = glued if full else joined
         if full is not None and line.unterminated and full.end() == len(joined) and joined[-1:] in _CUT_CHARS:
             return  # the input ends inside the message's last number
         if full is None:

@@ -62,12 +62,20 @@ pat("non_default_args", ">=0.9.0", "non-default args: ",
     r"non-default args: (?P<body>\{.*)$",
     [("(APIServer pid=2231) INFO 07-03 14:17:08 [utils.py:328] non-default args: {'model_tag': 'meta-llama/Llama-3.1-70B-Instruct', 'max_model_len': 65536}",
       {"body": "{'model_tag': 'meta-llama/Llama-3.1-70B-Instruct', 'max_model_len': 65536}"})])
+pat("wrapper_config_dict", "any (a serving framework printing the engine kwargs it passes to vLLM)",
+    ("model config: {", "engine_args: {", "engine kwargs: {", "vllm config: {", "vLLM config: {"),
+    r"(?:model config|engine_args|engine kwargs|[Vv][Ll][Ll][Mm] config): (?P<body>\{.*)$",
+    [("2024-03-11 02:55:27,501 xinference.model.llm.vllm.core 249 INFO     Loading internlm-chat-20b with following model config: {'tokenizer_mode': 'auto', 'tensor_parallel_size': 1, 'block_size': 16, 'gpu_memory_utilization': 0.9}",
+      {"body": "{'tokenizer_mode': 'auto', 'tensor_parallel_size': 1, 'block_size': 16, 'gpu_memory_utilization': 0.9}"})])
 pat("engine_config", "all (V0 'an LLM engine', 0.7-0.10 'a V0', >=0.7 'a V1')", " LLM engine ",
     r"Initializing (?P<kind>an|a V0|a V1) LLM engine(?: \(v(?P<version>[^)\s]+)\))? with config: (?P<body>.*)$",
     [("INFO 07-03 14:17:21 [core.py:76] Initializing a V1 LLM engine (v0.10.2) with config: model='m', max_seq_len=65536, tensor_parallel_size=4",
       {"kind": "a V1", "version": "0.10.2", "body": "model='m', max_seq_len=65536, tensor_parallel_size=4"}),
      ("INFO 01-16 09:11:23 llm_engine.py:70] Initializing an LLM engine with config: model='h2oai/x', tokenizer='h2oai/x'",
       {"kind": "an", "version": None, "body": "model='h2oai/x', tokenizer='h2oai/x'"})])
+pat("v1_source_path", "0.10.2+ at DEBUG (file paths in the line head)", "[v1/",
+    r"\[v1/[\w/.-]+\.py:\d+\]",
+    [("DEBUG 09-01 10:00:00 [v1/worker/gpu_worker.py:290] Memory profiling takes 5.12 seconds.", {})])
 pat("platform_detected", "all", ("detected platform", "Platform plugin"),
     r"(?:Automatically detected platform (?P<platform>\w+)\.|Platform plugin (?P<plugin>\w+) is activated)",
     [("INFO 05-01 10:00:00 [__init__.py:235] Automatically detected platform rocm.", {"platform": "rocm"}),
