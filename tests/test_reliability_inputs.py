@@ -398,11 +398,8 @@ def test_lone_cr_lines_and_cr_only_file():
 
 # --- huge line, huge line count (subprocesses: real RSS, real time) ------------------------------
 
-_RSS_SCRIPT = r"""
-import json, os, resource, sys, time, io
-from kvlogdiag.analysis import Analyzer
-from kvlogdiag.rule_engine import load_rule, RuleSet, load_rules
-
+# memory probes shared by the subprocess scripts below (real RSS of a fresh interpreter)
+_MEM_HELPERS = r"""
 def rss_kib():
     return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
 
@@ -422,7 +419,13 @@ def peak_kib():
         if line.startswith("VmHWM:"):
             return int(line.split()[1])
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+"""
 
+_RSS_SCRIPT = r"""
+import json, os, resource, sys, time, io
+from kvlogdiag.analysis import Analyzer
+from kvlogdiag.rule_engine import load_rule, RuleSet, load_rules
+""" + _MEM_HELPERS + r"""
 path, tp4, mode = sys.argv[1], sys.argv[2], sys.argv[3]
 if mode == "every-line":  # a user rule with any_line(): the reader must hand every line over
     rules = load_rules()
@@ -617,27 +620,7 @@ def test_default_cap_is_finite_everywhere():
 _BOMB_SCRIPT = r"""
 import json, os, resource, sys, time
 from kvlogdiag.analysis import Analyzer
-
-def rss_kib():
-    return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
-
-
-def reset_peak():
-    '''Reset the peak RSS (VmHWM) to the current RSS (Linux >= 4.0); else the peak keeps the import-time one.'''
-    try:
-        with open("/proc/self/clear_refs", "w") as fh:
-            fh.write("5")
-        return True
-    except OSError:
-        return False
-
-
-def peak_kib():
-    for line in open("/proc/self/status"):
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1])
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-
+""" + _MEM_HELPERS + r"""
 an = Analyzer(); an.analyze_source(sys.argv[2])
 reset = reset_peak(); before = rss_kib()
 t0 = time.perf_counter(); a = an.analyze_source(sys.argv[1]); dt = time.perf_counter() - t0
