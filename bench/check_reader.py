@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Differential check: the reader's fast paths give exactly the lines of a plain reference.
 
-The fast paths in `kvlogdiag.reader` — the keyword finders (`_Finder`, numpy `_BigramFinder`, as
+The fast paths in `kvlogdiag.input.reader` — the keyword finders (`_Finder`, numpy `_BigramFinder`, as
 used by `iter_lines` and by `candidate_spans`), the parallel search of large files
 (`_parallel_lines`) and the process-prefix cache in `split_envelope` — must not change a single
 line, number, rank or counter. This script compares them with a straightforward reference
@@ -29,8 +29,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 from kvlogdiag import reader  # noqa: E402
-from kvlogdiag.analysis import prefilter  # noqa: E402
-from kvlogdiag.reader import Line, LineStats  # noqa: E402
+from kvlogdiag.pipeline import prefilter  # noqa: E402
+from kvlogdiag.input.reader import Line, LineStats  # noqa: E402
 
 # --- the reference ---------------------------------------------------------------------------------
 

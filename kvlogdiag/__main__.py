@@ -1,6 +1,6 @@
 """`python -m kvlogdiag` entry point."""
 
-from kvlogdiag.cli import main
+from kvlogdiag.cli.main import main
 
 if __name__ == "__main__":
     main()

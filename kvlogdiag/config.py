@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kvlogdiag.context import Options
+from kvlogdiag.rules.context import Options
 
 if sys.version_info >= (3, 11):
     import tomllib

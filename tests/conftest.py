@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kvlogdiag.analysis import analyze_source
+from kvlogdiag.pipeline import analyze_source
 
 TESTS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = TESTS_DIR.parent

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from kvlogdiag.cli import cli
+from kvlogdiag.cli.main import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 LOGS = sorted((ROOT / "tests" / "data" / "heldout").glob("*.log")) + sorted((ROOT / "sample_logs").glob("*.log"))

@@ -1,4 +1,4 @@
-"""Tests for kvlogdiag.architecture.
+"""Tests for kvlogdiag.derive.architecture.
 
 Every expected number is a hand calculation written out in the comment next to it (formulas of
 vllm-log-format.md §12 / §12.1), never the code's own output.
@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from kvlogdiag.architecture import (
+from kvlogdiag.derive.architecture import (
     KIND_FULL,
     KIND_MAMBA,
     KIND_SLIDING,

@@ -1,4 +1,4 @@
-"""Tests for kvlogdiag.capacity: every expected value is a hand calculation written in a comment.
+"""Tests for kvlogdiag.derive.capacity: every expected value is a hand calculation written in a comment.
 
 GiB = 2**30 = 1,073,741,824 bytes.
 """
@@ -9,8 +9,8 @@ import math
 
 import pytest
 
-from kvlogdiag.architecture import expected_kv, load_catalogue
-from kvlogdiag.capacity import (
+from kvlogdiag.derive.architecture import expected_kv, load_catalogue
+from kvlogdiag.derive.capacity import (
     GIB_BYTES,
     bytes_per_token_from_log,
     gpu_memory_utilization_needed,

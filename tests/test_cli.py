@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from kvlogdiag.cli import ExitCode, cli
+from kvlogdiag.cli.main import ExitCode, cli
 
 HIGH_UTIL = (
     "(APIServer pid=7) INFO 07-03 14:17:08 [utils.py:328] non-default args: {'model_tag': 'Qwen/Qwen3-32B', "

@@ -1,4 +1,4 @@
-"""Tests for kvlogdiag.condition: the safe rule-condition language."""
+"""Tests for kvlogdiag.rules.condition: the safe rule-condition language."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from kvlogdiag import condition as C
-from kvlogdiag.condition import (
+from kvlogdiag.rules import condition as C
+from kvlogdiag.rules.condition import (
     Binary,
     Condition,
     ConditionError,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvlogdiag.derive import parse_version
+from kvlogdiag.derive.figures import parse_version
 
 REL = 1e-9
 

@@ -9,8 +9,8 @@ import jsonschema
 import pytest
 from click.testing import CliRunner
 
-from kvlogdiag.cli import cli, rules_markdown
-from kvlogdiag.rule_engine import load_rules
+from kvlogdiag.cli.main import cli, rules_markdown
+from kvlogdiag.rules.engine import load_rules
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = sorted((ROOT / "sample_logs").glob("*.log"))
@@ -40,7 +40,7 @@ def test_readme_opens_with_install_and_test_commands():
 
 
 def test_patterns_md_is_current():
-    from kvlogdiag.patterns import catalogue_markdown
+    from kvlogdiag.catalogue.patterns import catalogue_markdown
 
     current = (ROOT / "docs" / "patterns.md").read_text(encoding="utf-8")
     assert current == catalogue_markdown(), "docs/patterns.md is stale: run `kvlogdiag patterns --format markdown > docs/patterns.md`"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from kvlogdiag.cli import cli
+from kvlogdiag.cli.main import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 TP4_LOG = str(ROOT / "sample_logs" / "v1_tp4_workers.log")

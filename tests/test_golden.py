@@ -15,8 +15,8 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import SAMPLE_LOGS_DIR
-from kvlogdiag.analysis import analyze_source
-from kvlogdiag.cli import cli
+from kvlogdiag.pipeline import analyze_source
+from kvlogdiag.cli.main import cli
 
 SAMPLES = sorted(SAMPLE_LOGS_DIR.glob("*.log"))
 SAMPLE_IDS = [p.stem for p in SAMPLES]

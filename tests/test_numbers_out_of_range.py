@@ -7,7 +7,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from kvlogdiag.cli import cli
+from kvlogdiag.cli.main import cli
 
 HEAD = "(EngineCore_DP0 pid=9) INFO 07-03 14:19:40 [gpu_worker.py:298] "
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from kvlogdiag import patterns
-from kvlogdiag.extract import Extractor
-from kvlogdiag.patterns import catalogue, prefilter_regex
-from kvlogdiag.reader import make_line
+from kvlogdiag.catalogue import patterns
+from kvlogdiag.extract.extractor import Extractor
+from kvlogdiag.catalogue.patterns import catalogue, prefilter_regex
+from kvlogdiag.input.reader import make_line
 
 CATALOGUE = catalogue()
 

@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import DATA_DIR
-from kvlogdiag.pyrepr import CLASS_KEY, parse_json_or_repr, parse_repr, scalar, split_key_values
-from kvlogdiag.reader import make_line
+from kvlogdiag.extract.pyrepr import CLASS_KEY, parse_json_or_repr, parse_repr, scalar, split_key_values
+from kvlogdiag.input.reader import make_line
 
 
 def engine_lines() -> list[str]:
@@ -291,7 +291,7 @@ def test_split_key_values_recovers_every_key(d):
 
 def test_path_objects_become_their_path():
     # vLLM ~0.3 printed the model as a PosixPath in the engine config line
-    from kvlogdiag.pyrepr import scalar, split_key_values
+    from kvlogdiag.extract.pyrepr import scalar, split_key_values
 
     kv = split_key_values("model=PosixPath('/runs/m'), tokenizer=PosixPath('/runs/m'), max_seq_len=32768")
     assert scalar(kv["model"]) == "/runs/m"

@@ -13,9 +13,9 @@ import tracemalloc
 import pytest
 import zstandard
 
-from kvlogdiag import reader
-from kvlogdiag.patterns import prefilter_regex
-from kvlogdiag.reader import InputError, LineStats, iter_lines, make_line, open_input
+from kvlogdiag.input import reader
+from kvlogdiag.catalogue.patterns import prefilter_regex
+from kvlogdiag.input.reader import InputError, LineStats, iter_lines, make_line, open_input
 
 LOG = (
     b"INFO 07-03 14:17:08 [utils.py:328] non-default args: {'max_model_len': 65536}\n"

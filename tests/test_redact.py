@@ -1,10 +1,10 @@
-"""Tests for kvlogdiag.redact: what is masked, what is kept, and that masks are consistent."""
+"""Tests for kvlogdiag.render.redact: what is masked, what is kept, and that masks are consistent."""
 
 from __future__ import annotations
 
 import pytest
 
-from kvlogdiag.redact import Redactor
+from kvlogdiag.render.redact import Redactor
 
 
 @pytest.fixture

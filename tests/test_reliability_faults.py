@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from kvlogdiag.cli import cli
+from kvlogdiag.cli.main import cli
 
 REPO = Path(__file__).resolve().parent.parent
 TP4 = REPO / "sample_logs" / "v1_tp4_workers.log"
@@ -325,7 +325,7 @@ def rows_of(path: Path) -> list[dict]:
 
 def test_scan_killed_halfway_keeps_the_previous_state_and_resumes(tmp_path):
     need("scan")
-    from kvlogdiag.scan import load_state
+    from kvlogdiag.modes.scan import load_state
 
     tree = tmp_path / "tree"
     first = make_tree(tree, 300)

@@ -42,13 +42,13 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvlogdiag import reader
-from kvlogdiag.analysis import Analyzer, prefilter
-from kvlogdiag.cli import cli
-from kvlogdiag.derive import MAX_PLAUSIBLE_BPT, MIN_PLAUSIBLE_BPT
-from kvlogdiag.extract import Extractor
-from kvlogdiag.reader import make_line
-from kvlogdiag.render import render_json, render_markdown, render_text
+from kvlogdiag.input import reader
+from kvlogdiag.pipeline import Analyzer, prefilter
+from kvlogdiag.cli.main import cli
+from kvlogdiag.derive.figures import MAX_PLAUSIBLE_BPT, MIN_PLAUSIBLE_BPT
+from kvlogdiag.extract.extractor import Extractor
+from kvlogdiag.input.reader import make_line
+from kvlogdiag.render.analysis import render_json, render_markdown, render_text
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = sorted((REPO / "sample_logs").glob("*.log"))
@@ -199,7 +199,7 @@ _EX_STATE = dict(vars(_EX))  # state right after __init__ (building an Extractor
 def _line_facts(raw: bytes, fresh: bool = False, cut: bool = False) -> dict[str, list]:
     """Facts of one line on its own, from a new extractor (``fresh``) or the reset shared one;
     ``cut``: the input ends inside this line (the reader marks such a line ``unterminated``)."""
-    from kvlogdiag.facts import LogFacts
+    from kvlogdiag.extract.facts import LogFacts
 
     if fresh:
         ex = Extractor("x")
@@ -423,8 +423,8 @@ def peak_kib():
 
 _RSS_SCRIPT = r"""
 import json, os, resource, sys, time, io
-from kvlogdiag.analysis import Analyzer
-from kvlogdiag.rule_engine import load_rule, RuleSet, load_rules
+from kvlogdiag.pipeline import Analyzer
+from kvlogdiag.rules.engine import load_rule, RuleSet, load_rules
 """ + _MEM_HELPERS + r"""
 path, tp4, mode = sys.argv[1], sys.argv[2], sys.argv[3]
 if mode == "every-line":  # a user rule with any_line(): the reader must hand every line over
@@ -619,7 +619,7 @@ def test_default_cap_is_finite_everywhere():
 
 _BOMB_SCRIPT = r"""
 import json, os, resource, sys, time
-from kvlogdiag.analysis import Analyzer
+from kvlogdiag.pipeline import Analyzer
 """ + _MEM_HELPERS + r"""
 an = Analyzer(); an.analyze_source(sys.argv[2])
 reset = reset_peak(); before = rss_kib()

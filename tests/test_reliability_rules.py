@@ -33,8 +33,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from kvlogdiag import rule_engine
-from kvlogdiag.cli import cli
+from kvlogdiag.rules import engine as rule_engine
+from kvlogdiag.cli.main import cli
 
 TESTS = Path(__file__).resolve().parent
 HOSTILE = TESTS / "hostile_rules"
@@ -46,8 +46,8 @@ def _baseline_bpt(log: bytes) -> float:
     """bytes_per_token of ``log`` with no rules at all: what a hostile rule must not change."""
     import io
 
-    from kvlogdiag.analysis import Analyzer
-    from kvlogdiag.rule_engine import RuleSet
+    from kvlogdiag.pipeline import Analyzer
+    from kvlogdiag.rules.engine import RuleSet
 
     bpt = Analyzer(rules=RuleSet([])).analyze_stream(io.BytesIO(log), "baseline")["kv_cache"]["bytes_per_token"]
     assert bpt is not None and 80_000 < bpt < 83_000  # Llama-3.1-70B TP4: ~80 KiB per token per rank
@@ -241,7 +241,7 @@ def test_catastrophic_line_regex_names_the_line_and_analysis_completes(tmp_path)
 
 def _slow_line_for(pattern: str, target_s: float) -> tuple[bytes, float]:
     """A short line on which ``pattern`` needs about ``target_s`` (below the 0.25 s timeout)."""
-    from kvlogdiag.condition import regex_search
+    from kvlogdiag.rules.condition import regex_search
 
     n = 18
     while True:
@@ -257,7 +257,7 @@ def _slow_line_for(pattern: str, target_s: float) -> tuple[bytes, float]:
 def test_regex_just_under_the_timeout_is_stopped_by_a_total_budget(tmp_path):
     """A line regex that needs ~0.1 s per line (under the 0.25 s per-line timeout) on every line: without a
     total budget N lines cost N x 0.1 s. (Found by this test; analysis.LineMatcher now has a budget.)"""
-    from kvlogdiag import analysis
+    from kvlogdiag import pipeline as analysis
 
     budget = getattr(analysis, "LINE_REGEX_BUDGET_S", None)
     pattern = "(a|aa)+$"
@@ -281,9 +281,9 @@ def test_cheap_line_regex_is_never_dropped_by_the_budget(monkeypatch):
     """Scaled down 10x: budget 0.2 s, 300,000 short lines, 'OOM' on the last one."""
     import io
 
-    from kvlogdiag import analysis
-    from kvlogdiag.analysis import Analyzer
-    from kvlogdiag.rule_engine import RuleSet, load_rule
+    from kvlogdiag import pipeline as analysis
+    from kvlogdiag.pipeline import Analyzer
+    from kvlogdiag.rules.engine import RuleSet, load_rule
 
     if not hasattr(analysis, "LINE_REGEX_BUDGET_S"):
         pytest.skip("no line-regex budget")

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from kvlogdiag.analysis import Analyzer
-from kvlogdiag.cli import cli
-from kvlogdiag.redact import Redactor
-from kvlogdiag.report import build_document, render_report_html, render_report_markdown
+from kvlogdiag.pipeline import Analyzer
+from kvlogdiag.cli.main import cli
+from kvlogdiag.render.redact import Redactor
+from kvlogdiag.modes.report import build_document, render_report_html, render_report_markdown
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = REPO_ROOT / "sample_logs"
@@ -441,7 +441,7 @@ def test_stdin_paste(run):
 
 
 def test_stdin_terminal_gets_a_hint(run, monkeypatch):
-    monkeypatch.setattr("kvlogdiag.report._stdin_is_tty", lambda: True)
+    monkeypatch.setattr("kvlogdiag.modes.report._stdin_is_tty", lambda: True)
     res = run(input=(SAMPLES / "v1_single_gpu.log").read_text(encoding="utf-8"))
     assert res.exit_code == 0, res.output
     assert "paste the log, then press Ctrl-D (Ctrl-Z Enter on Windows)" in res.stderr

@@ -1,16 +1,16 @@
 """Every rule file's samples: logs that must fire the rule and logs that must stay quiet.
 
 One generic test (semgrep's ruleid/ok idea): for each ``[[samples]]`` entry of each rule in
-``rules/``, analyse the sample log with only that rule selected and check the outcome.
+``kvlogdiag/rules/builtin/``, analyse the sample log with only that rule selected and check the outcome.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from kvlogdiag.analysis import Analyzer
-from kvlogdiag.context import Options
-from kvlogdiag.rule_engine import load_rules
+from kvlogdiag.pipeline import Analyzer
+from kvlogdiag.rules.context import Options
+from kvlogdiag.rules.engine import load_rules
 
 RULES = load_rules().rules
 CASES = [(r, i, s) for r in RULES for i, s in enumerate(r.samples)]

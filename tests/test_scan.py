@@ -156,7 +156,7 @@ def test_outputs_parse_back_with_the_same_row_count(tree, ext):
 def test_parquet_without_pyarrow_is_a_clear_error(tree):
     base, _ = tree
     code = ("import sys\nsys.modules['pyarrow'] = None\n"
-            "from kvlogdiag.cli import main\nsys.argv = ['kvlogdiag', 'scan', 'logs', '-o', 'x.parquet']\nmain()\n")
+            "from kvlogdiag.cli.main import main\nsys.argv = ['kvlogdiag', 'scan', 'logs', '-o', 'x.parquet']\nmain()\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(base), timeout=120)
     assert r.returncode == 2
     assert "pyarrow" in r.stderr and "Traceback" not in r.stderr
@@ -310,7 +310,7 @@ def test_unreadable_file_row_without_root(tmp_path):
 
 
 def test_pandas_is_not_imported_by_other_commands(tmp_path):
-    code = "import sys\nimport kvlogdiag.cli\nassert 'pandas' not in sys.modules, 'pandas imported at start-up'\n"
+    code = "import sys\nimport kvlogdiag.cli.main\nassert 'pandas' not in sys.modules, 'pandas imported at start-up'\n"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=str(tmp_path), timeout=60)
 
 

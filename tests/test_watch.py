@@ -377,8 +377,8 @@ def test_follow_missing_directory_target_is_exit_2(tmp_path):
 
 
 def test_modules_import_in_any_order():
-    code = ("import kvlogdiag.watch, kvlogdiag.scan, sys\n"
-            "from kvlogdiag.cli import cli\n"
+    code = ("import kvlogdiag.modes.watch, kvlogdiag.modes.scan, sys\n"
+            "from kvlogdiag.cli.main import cli\n"
             "assert {'watch', 'scan'} <= set(cli.commands)\n"
             "assert {'--select', '--fail-on'} <= {o for p in cli.commands['watch'].params for o in p.opts}\n"
             "assert 'pandas' not in sys.modules\n")
@@ -390,9 +390,9 @@ def test_memory_stays_flat_over_many_stats_lines(monkeypatch):
     import io
     import tracemalloc
 
-    from kvlogdiag import reader
-    from kvlogdiag.analysis import Analyzer
-    from kvlogdiag.watch import Emitter, Watcher
+    from kvlogdiag.input import reader
+    from kvlogdiag.pipeline import Analyzer
+    from kvlogdiag.modes.watch import Emitter, Watcher
 
     class Sink(io.StringIO):  # output is not state: drop it
         def write(self, s):

@@ -18,7 +18,7 @@ import re
 import statistics
 from typing import Any
 
-from kvlogdiag.facts import Fact, LogFacts
+from kvlogdiag.extract.facts import Fact, LogFacts
 
 GIB = 1 << 30
 AGREE_REL = 0.01

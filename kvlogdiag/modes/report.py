@@ -1,16 +1,16 @@
 """``kvlogdiag report``: one log → a Markdown report for a GitHub issue, or one self-contained HTML file.
 
 The log is read from a file, from stdin (a paste, ended with Ctrl-D) or from the clipboard, and
-analysed by the one analysis path (`kvlogdiag.analysis.Analyzer`). The report is built as a plain
-dictionary (`build_document`), redacted as a whole (`kvlogdiag.redact.Redactor`) and only then
+analysed by the one analysis path (`kvlogdiag.pipeline.Analyzer`). The report is built as a plain
+dictionary (`build_document`), redacted as a whole (`kvlogdiag.render.redact.Redactor`) and only then
 rendered, so nothing the report shows escapes redaction. Every piece of log text is escaped:
-Markdown with `kvlogdiag.render.md_escape` / `md_code_block`, HTML with `html.escape`.
+Markdown with `kvlogdiag.render.analysis.md_escape` / `md_code_block`, HTML with `html.escape`.
 
 Capacity arithmetic (whole requests of length L that fit at once):
 
 * per DP group: ``floor(tokens_per_dp_group / L)``, where ``tokens_per_dp_group`` is the smallest
   ``GPU KV cache size`` among the group's ranks (vLLM sizes the pool by its tightest worker); this
-  is `kvlogdiag.capacity.requests_fit_at_length` (``Z·2**30 / (bytes_per_token·L)``, fixed = 0)
+  is `kvlogdiag.derive.capacity.requests_fit_at_length` (``Z·2**30 / (bytes_per_token·L)``, fixed = 0)
   computed on the logged token count directly, so float rounding cannot lose a request;
 * in total: the sum over the DP groups in the log (a request lives in one group); when the
   configuration has more DP groups than the log shows, the missing ones are counted as the
@@ -32,10 +32,10 @@ from typing import Any, BinaryIO
 import click
 
 from kvlogdiag import __version__
-from kvlogdiag import derive as _derive
-from kvlogdiag.reader import DEFAULT_MAX_BYTES, InputError, open_input
-from kvlogdiag.redact import Redactor
-from kvlogdiag.render import (
+from kvlogdiag.derive import figures as _derive
+from kvlogdiag.input.reader import DEFAULT_MAX_BYTES, InputError, open_input
+from kvlogdiag.render.redact import Redactor
+from kvlogdiag.render.analysis import (
     clean_json,
     identity_rows,
     md_table,
@@ -47,7 +47,7 @@ from kvlogdiag.render import (
     md_escape,
     visible_findings,
 )
-from kvlogdiag.rule_engine import RuleLoadError
+from kvlogdiag.rules.engine import RuleLoadError
 
 __all__ = ["report", "build_document", "render_report_markdown", "render_report_html", "CAPACITY_LENGTHS"]
 
@@ -727,7 +727,7 @@ def _html_chart(pics: dict | None, name: str, alt: str) -> str:
 
 # --- the command ---------------------------------------------------------------------------------
 #
-# kvlogdiag.cli imports this module (to register ``report``) at the end of its own import, and this
+# kvlogdiag.cli.main imports this module (to register ``report``) at the end of its own import, and this
 # module needs cli's shared options. So nothing here imports cli at module level: the command is
 # built once, by `_command()`, and a module ``__getattr__`` (PEP 562) hands it to cli even while this
 # module is still loading — whichever of the two is imported first.
@@ -738,7 +738,7 @@ _COMMAND: click.Command | None = None
 def _command() -> click.Command:
     global _COMMAND
     if _COMMAND is None:
-        from kvlogdiag.cli import rule_options  # may import cli, which asks for `report` (re-entering here)
+        from kvlogdiag.cli.main import rule_options  # may import cli, which asks for `report` (re-entering here)
 
         if _COMMAND is None:
             _COMMAND = _decorate(rule_options)
@@ -777,7 +777,7 @@ def _report(source: str | None, clipboard: bool, fmt: str, output: str | None, r
     kvlogdiag report                      paste, then Ctrl-D
     kvlogdiag report --clipboard --format html -o report.html
     """
-    from kvlogdiag.cli import ExitCode, build_analyzer, err, fail_exit, report_rule_errors
+    from kvlogdiag.cli.main import ExitCode, build_analyzer, err, fail_exit, report_rule_errors
 
     if clipboard and source is not None:
         err("give a FILE or --clipboard, not both")

@@ -11,8 +11,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvlogdiag.derive import as_int, dig_additional, parse_version
-from kvlogdiag.facts import Fact, LogFacts
+from kvlogdiag.derive.figures import as_int, dig_additional, parse_version
+from kvlogdiag.extract.facts import Fact, LogFacts
 
 GIB = 1 << 30
 
@@ -357,7 +357,7 @@ def build_context(facts: LogFacts, analysis: dict, options: Options | None = Non
     arch_h = on_b = off_b = None
     if model:
         try:
-            from kvlogdiag.architecture import expected_kv, lookup_model
+            from kvlogdiag.derive.architecture import expected_kv, lookup_model
             arch = lookup_model(model)
             if arch is not None:
                 arch_h = bool(arch.is_hybrid)
@@ -494,7 +494,7 @@ def _names_kvd010_018(facts: LogFacts, analysis: dict, v: dict[str, Any], prov: 
         conflicts = analysis["config"].get("conflicts") or {}
         relevant = {"model", "tensor_parallel_size", "pipeline_parallel_size", "kv_cache_dtype", "max_model_len", "block_size"}
         if measured and measured > 0 and v.get("model") and not (relevant & set(conflicts)):
-            from kvlogdiag.architecture import expected_kv, explain_mismatch, lookup_model
+            from kvlogdiag.derive.architecture import expected_kv, explain_mismatch, lookup_model
             arch = lookup_model(v["model"])
             if arch is not None:
                 kvd = v.get("kv_cache_dtype") or ("fp8" if facts.event_count("fp8_kv_cache") else "auto")

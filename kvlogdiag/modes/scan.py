@@ -23,8 +23,8 @@ from typing import Any, Iterable
 
 import click
 
-from kvlogdiag.derive import as_float
-from kvlogdiag.reader import DEFAULT_MAX_BYTES
+from kvlogdiag.derive.figures import as_float
+from kvlogdiag.input.reader import DEFAULT_MAX_BYTES
 
 DEFAULT_INCLUDE = ("*.log*", "*.out*", "*.txt*", "*.gz", "*.zst", "*.xz", "*.bz2")
 HEAD_BYTES = 64 << 10
@@ -282,7 +282,7 @@ def path_identity(path: str) -> tuple[str | None, str | None]:
 
 def envelope_host(path: str, max_bytes: int) -> str | None:
     """The syslog/journald host of the first lines, if the log carries that envelope (cheap: 16 KiB)."""
-    from kvlogdiag.reader import make_line, open_input
+    from kvlogdiag.input.reader import make_line, open_input
 
     try:
         fh = open_input(path, max_bytes)
@@ -355,7 +355,7 @@ def _init_worker(options, max_bytes: int) -> None:
     """Process pool initialiser: one Analyzer per process (rules loaded once)."""
     import signal
 
-    from kvlogdiag.analysis import Analyzer
+    from kvlogdiag.pipeline import Analyzer
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
     _WORKER["analyzer"] = Analyzer(options)
@@ -364,8 +364,8 @@ def _init_worker(options, max_bytes: int) -> None:
 
 def analyze_file(analyzer, source: str, path: str, max_bytes: int) -> dict[str, Any]:
     """One file → one row; never raises for a bad input (the row's ``error`` says why)."""
-    from kvlogdiag.reader import InputError
-    from kvlogdiag.rule_engine import RuleLoadError
+    from kvlogdiag.input.reader import InputError
+    from kvlogdiag.rules.engine import RuleLoadError
 
     try:
         a = analyzer.analyze_source(path, max_bytes)
@@ -404,7 +404,7 @@ def fingerprint(analyzer, max_bytes: int) -> str:
     import json
 
     from kvlogdiag import __version__
-    from kvlogdiag.rule_engine import builtin_rule_files
+    from kvlogdiag.rules.engine import builtin_rule_files
 
     h = hashlib.sha256()
     h.update(f"{__version__}|{ROW_SCHEMA}|{max_bytes}|".encode())
@@ -501,7 +501,7 @@ def to_frame(rows: list[dict]):
 def _markdown(rows: list[dict]) -> str:
     from tabulate import tabulate
 
-    from kvlogdiag.render import md_escape
+    from kvlogdiag.render.analysis import md_escape
 
     def cell(v: Any) -> str:
         if v is None:
@@ -643,7 +643,7 @@ def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, .
     """
     import time
 
-    from kvlogdiag.cli import ExitCode, build_analyzer, err, fail_exit
+    from kvlogdiag.cli.main import ExitCode, build_analyzer, err, fail_exit
 
     t0 = time.monotonic()
     fmt = None
@@ -877,8 +877,8 @@ def _console():
 
 
 def _attach_rule_options(cmd: click.Command) -> None:
-    """The shared rule options of kvlogdiag.cli (imported here, after `scan` exists, so either module may load first)."""
-    from kvlogdiag.cli import rule_options
+    """The shared rule options of kvlogdiag.cli.main (imported here, after `scan` exists, so either module may load first)."""
+    from kvlogdiag.cli.main import rule_options
 
     holder = rule_options(lambda: None)
     cmd.params.extend(reversed(holder.__click_params__))  # type: ignore[attr-defined]

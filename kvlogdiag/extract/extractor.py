@@ -13,10 +13,10 @@ import re
 import shlex
 from typing import Any, Callable
 
-from kvlogdiag.facts import Fact, LogFacts
-from kvlogdiag.patterns import STATS_TAIL, Pattern, catalogue
-from kvlogdiag.pyrepr import CLASS_KEY, parse_json_or_repr, parse_repr, scalar, split_key_values, unwrap_path
-from kvlogdiag.reader import Line
+from kvlogdiag.extract.facts import Fact, LogFacts
+from kvlogdiag.catalogue.patterns import STATS_TAIL, Pattern, catalogue
+from kvlogdiag.extract.pyrepr import CLASS_KEY, parse_json_or_repr, parse_repr, scalar, split_key_values, unwrap_path
+from kvlogdiag.input.reader import Line
 
 KV_USAGE_HIGH_PCT = 90.0
 

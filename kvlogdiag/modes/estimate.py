@@ -3,8 +3,8 @@
 Inputs come from a log (``--log``: the same extraction as ``analyze``, with line numbers), from
 flags (which always win over the log), from the model (``--model-config`` config.json, ``--model``
 or the model named in the log, looked up in the built-in catalogue) or from defaults; every input
-figure records where it came from.  The arithmetic is :mod:`kvlogdiag.architecture` (expected
-bytes per token) and :mod:`kvlogdiag.capacity` (pool, concurrency, utilization, offload, node
+figure records where it came from.  The arithmetic is :mod:`kvlogdiag.derive.architecture` (expected
+bytes per token) and :mod:`kvlogdiag.derive.capacity` (pool, concurrency, utilization, offload, node
 budget, live tokens); this module only resolves inputs, calls them and renders the result.
 
 A figure whose inputs are missing is ``null`` (``—`` in the table) with a short reason in
@@ -24,8 +24,8 @@ from typing import Any, Callable
 import click
 
 from kvlogdiag import __version__
-from kvlogdiag import capacity as cap
-from kvlogdiag.architecture import (
+from kvlogdiag.derive import capacity as cap
+from kvlogdiag.derive.architecture import (
     ExpectedKV,
     UnknownArchitecture,
     expected_kv,
@@ -88,10 +88,10 @@ class LogData:
     """The analysis of one log (without rules) plus the facts, so every figure keeps its line."""
 
     def __init__(self, path: str):
-        from kvlogdiag.analysis import Analyzer
-        from kvlogdiag.derive import derive
-        from kvlogdiag.reader import open_input
-        from kvlogdiag.rule_engine import RuleSet
+        from kvlogdiag.pipeline import Analyzer
+        from kvlogdiag.derive.figures import derive
+        from kvlogdiag.input.reader import open_input
+        from kvlogdiag.rules.engine import RuleSet
 
         analyzer = Analyzer(rules=RuleSet())  # no rules: estimate needs the figures, not findings
         fh = open_input(path)
@@ -300,7 +300,7 @@ class OneLineErrors(click.Command):
         try:
             return super().make_context(info_name, args, parent=parent, **extra)
         except click.UsageError as exc:
-            from kvlogdiag.cli import ExitCode, err
+            from kvlogdiag.cli.main import ExitCode, err
 
             err(f"estimate: {exc.format_message()}")
             sys.exit(ExitCode.ERROR)
@@ -1062,8 +1062,8 @@ def estimate(log_path: str | None, fmt: str, **params: Any) -> None:
     Per rank = per DP group (TP ranks hold slices of the same tokens). Flags override the log;
     every input says where it came from. Missing inputs leave a figure empty with the reason.
     """
-    from kvlogdiag.cli import ExitCode, err
-    from kvlogdiag.reader import InputError
+    from kvlogdiag.cli.main import ExitCode, err
+    from kvlogdiag.input.reader import InputError
 
     log = None
     if log_path is not None:

@@ -25,12 +25,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from kvlogdiag.condition import (
+from kvlogdiag.rules.condition import (
     Call, Condition, ConditionError, EvaluationError, FunctionSpec, ListExpr, Literal, Unary, Binary,
     compile_user_regex, parse, regex_search,
 )
-from kvlogdiag.context import NAMES, Options, build_context, version_cmp
-from kvlogdiag.facts import Fact, LogFacts
+from kvlogdiag.rules.context import NAMES, Options, build_context, version_cmp
+from kvlogdiag.extract.facts import Fact, LogFacts
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -143,10 +143,10 @@ def _matches_any(rule: Rule, specs: list[str]) -> bool:
 def builtin_rule_files() -> list[tuple[str, bytes]]:
     """(name, content) of every rule shipped with kvlogdiag."""
     out = []
-    root = resources.files("kvlogdiag.rules")
+    root = resources.files("kvlogdiag.rules.builtin")
     for entry in sorted(root.iterdir(), key=lambda e: e.name):
         if entry.name.endswith(".toml"):
-            out.append((f"rules/{entry.name}", entry.read_bytes()))
+            out.append((f"kvlogdiag/rules/builtin/{entry.name}", entry.read_bytes()))
     return out
 
 

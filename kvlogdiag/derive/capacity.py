@@ -3,7 +3,7 @@
 Every quantity is **per rank** unless the name says otherwise: vLLM sizes the KV pool on each
 GPU/NPU (``Available KV cache memory: Z GiB``) and every TP rank of a DP group holds its slice of
 the *same* tokens, so "tokens per rank" = "tokens per DP group".  ``bytes_per_token`` is the
-per-rank figure of :func:`kvlogdiag.architecture.expected_kv` (or the measured ``Z·2**30/N``);
+per-rank figure of :func:`kvlogdiag.derive.architecture.expected_kv` (or the measured ``Z·2**30/N``);
 ``fixed_bytes_per_request`` is the per-request sliding-window / state reservation of hybrid
 models (0 otherwise).  GiB = 2**30 bytes.  Method and worked examples: ``docs/capacity.md``.
 """

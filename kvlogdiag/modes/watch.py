@@ -9,8 +9,8 @@ How it works — one analysis path, the same as ``analyze``:
 * input is read with ``os.read`` on the raw file descriptor (stdin or a followed file); every read
   echoes its complete lines in one write (a partial line waits for its newline, at most
   ``PARTIAL_FLUSH_S`` when the input goes quiet, and is written at EOF);
-* the reader's prefilter (`kvlogdiag.analysis.prefilter`) finds candidate lines in each chunk, as
-  `kvlogdiag.reader.iter_lines` does; only those are decoded (`reader.make_line`) and fed to the
+* the reader's prefilter (`kvlogdiag.pipeline.prefilter`) finds candidate lines in each chunk, as
+  `kvlogdiag.input.reader.iter_lines` does; only those are decoded (`reader.make_line`) and fed to the
   `Analyzer`'s extractor, which keeps aggregates only (memory stays flat over days);
 * when the facts change, ``derive`` + rule evaluation run again on the current facts (debounced by
   ``DEBOUNCE_S``, so the four workers of a TP-4 start are one evaluation) and only findings not
@@ -37,7 +37,7 @@ from typing import Any, Callable
 
 import click
 
-from kvlogdiag.reader import MAX_LINE_BYTES, make_line
+from kvlogdiag.input.reader import MAX_LINE_BYTES, make_line
 
 READ_BYTES = 1 << 20  # largest single os.read
 DEBOUNCE_S = 0.03  # facts changed → evaluate after this long (or earlier when the input is idle)
@@ -83,7 +83,7 @@ class _Stop(Exception):
 
 
 def _fmt_num(v: Any, digits: int = 0) -> str:
-    from kvlogdiag.render import fmt_num
+    from kvlogdiag.render.analysis import fmt_num
 
     return fmt_num(v, digits)
 
@@ -273,7 +273,7 @@ class Watcher:
 
     def __init__(self, analyzer, emitter: Emitter, echo: bool = True, repeat_after: float = 300.0,
                  source: str = "<stdin>", out_fd: int = 1, clock: Callable[[], float] = time.monotonic):
-        from kvlogdiag.analysis import prefilter
+        from kvlogdiag.pipeline import prefilter
 
         self.analyzer = analyzer
         self.opts = analyzer.options
@@ -502,7 +502,7 @@ class Watcher:
     # -- evaluation ------------------------------------------------------------------------------
 
     def evaluate(self, final: bool) -> dict:
-        from kvlogdiag.rule_engine import RuleLoadError
+        from kvlogdiag.rules.engine import RuleLoadError
 
         t0 = time.perf_counter()
         facts = self.ex.finish(self.number, self.long_lines)
@@ -540,7 +540,7 @@ class Watcher:
         return a
 
     def _figures(self, a: dict, final: bool = False) -> None:
-        from kvlogdiag.render import error_lines
+        from kvlogdiag.render.analysis import error_lines
 
         kv = a["kv_cache"]
         bpt = kv["bytes_per_token"]
@@ -612,7 +612,7 @@ class Watcher:
             if rule.name == wanted:
                 return rule, False
         if self._all_rule_names is None:
-            from kvlogdiag.rule_engine import RuleLoadError, load_rules
+            from kvlogdiag.rules.engine import RuleLoadError, load_rules
 
             try:
                 self._all_rule_names = {r.name for r in load_rules(self.opts.rule_dirs).rules}
@@ -766,7 +766,7 @@ class Watcher:
 
     def finish(self, reason: str, signal_code: int | None = None) -> int:
         """Final evaluation, pending runtime counts, the summary; returns the exit code."""
-        from kvlogdiag.cli import ExitCode, fail_exit
+        from kvlogdiag.cli.main import ExitCode, fail_exit
 
         a = self.evaluate(final=True)
         self.flush_runtime()
@@ -782,13 +782,13 @@ class Watcher:
 
 def _span_finder() -> Callable:
     """The reader's candidate-line finder (same lines as searching with the prefilter, much faster)."""
-    from kvlogdiag import reader
+    from kvlogdiag.input import reader
 
     return reader.candidate_spans
 
 
 def _figures_text(ev: dict) -> str:
-    from kvlogdiag.render import fmt_bpt, fmt_gib
+    from kvlogdiag.render.analysis import fmt_bpt, fmt_gib
 
     parts = []
     if ev.get("bytes_per_token") is not None:
@@ -999,7 +999,7 @@ def watch(follow: str | None, from_end: bool, no_echo: bool, fmt: str, repeat_af
     Exit: 0/1 by --fail-on at end of input, 2 on bad options, 130 after SIGINT, 143 after SIGTERM,
     141 when the reader of stdout goes away.
     """
-    from kvlogdiag.cli import ExitCode, build_analyzer, err
+    from kvlogdiag.cli.main import ExitCode, build_analyzer, err
 
     if from_end and not follow:
         err("--from-end needs --follow FILE")
@@ -1042,8 +1042,8 @@ def watch(follow: str | None, from_end: bool, no_echo: bool, fmt: str, repeat_af
 
 
 def _attach_rule_options(cmd: click.Command) -> None:
-    """The shared rule options of kvlogdiag.cli (imported here, after `watch` exists, so either module may load first)."""
-    from kvlogdiag.cli import rule_options
+    """The shared rule options of kvlogdiag.cli.main (imported here, after `watch` exists, so either module may load first)."""
+    from kvlogdiag.cli.main import rule_options
 
     holder = rule_options(lambda: None)
     cmd.params.extend(reversed(holder.__click_params__))  # type: ignore[attr-defined]

@@ -10,16 +10,16 @@ from __future__ import annotations
 import time
 from typing import Any, BinaryIO, Callable
 
-from kvlogdiag.condition import EvaluationError, regex_search
-from kvlogdiag.context import Options
-from kvlogdiag.derive import derive
-from kvlogdiag.extract import Extractor
-from kvlogdiag.facts import LogFacts
-from kvlogdiag.patterns import prefilter_regex
-from kvlogdiag.reader import (
+from kvlogdiag.rules.condition import EvaluationError, regex_search
+from kvlogdiag.rules.context import Options
+from kvlogdiag.derive.figures import derive
+from kvlogdiag.extract.extractor import Extractor
+from kvlogdiag.extract.facts import LogFacts
+from kvlogdiag.catalogue.patterns import prefilter_regex
+from kvlogdiag.input.reader import (
     DEFAULT_MAX_BYTES, InputError, Line, LineStats, detect_hard_wrap, iter_lines, open_input, unwrap_lines,
 )
-from kvlogdiag.rule_engine import RuleError, RuleSet, evaluate, load_rules
+from kvlogdiag.rules.engine import RuleError, RuleSet, evaluate, load_rules
 
 __all__ = ["Analyzer", "InputError", "analyze_source"]
 

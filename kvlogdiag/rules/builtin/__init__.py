@@ -1,0 +1,1 @@
+"""The built-in rules: one TOML file per rule, named by code and slug."""
