@@ -19,9 +19,10 @@ from kvlogdiag.catalogue.patterns import prefilter_regex
 from kvlogdiag.input.reader import (
     DEFAULT_MAX_BYTES, InputError, Line, LineStats, detect_hard_wrap, iter_lines, open_input, unwrap_lines,
 )
+from kvlogdiag.result import Analysis, Finding, InputAnalysis, KVCache, RankFigures, RankValue, RunInfo, VllmInfo
 from kvlogdiag.rules.engine import RuleError, RuleSet, evaluate, load_rules
 
-__all__ = ["Analyzer", "InputError", "analyze_source"]
+__all__ = ["Analyzer", "InputError", "Session", "analyze_source", "build_analysis"]
 
 _PREFILTER = None
 
@@ -69,6 +70,42 @@ class LineMatcher:
                 self.hits[p] = (n + 1, first or fact_of(line))
 
 
+class Session:
+    """An input being analysed line by line: ``analyze`` feeds it a whole file, ``watch`` a live pipe.
+
+    `analyses()` can be called at any time (``watch`` re-evaluates as lines arrive) and gives one
+    `Analysis` per server start seen so far, in log order.
+    """
+
+    def __init__(self, analyzer: "Analyzer", source: str):
+        self.analyzer = analyzer
+        self.source = source
+        self.extractor = analyzer.new_extractor(source)
+        self.lines = 0
+        self.long_lines = 0
+        self._cache: dict[int, tuple[int, Analysis]] = {}  # run index → (facts version, analysis)
+
+    @property
+    def runs(self) -> list[LogFacts]:
+        return self.extractor.runs
+
+    def feed(self, line: Line) -> None:
+        self.extractor.feed(line)
+        self.lines = max(self.lines, line.number)
+
+    def new_run(self, reason: str, first_line: int) -> None:
+        """Start a new run by hand (``watch -f`` saw the file truncated: the server was restarted)."""
+        self.extractor.new_run(reason, first_line)
+
+    def analyses(self, lines_read: int | None = None, long_lines: int | None = None) -> list[Analysis]:
+        self.extractor.finish(self.lines if lines_read is None else lines_read,
+                              self.long_lines if long_lines is None else long_lines)
+        return [self.analyzer.analyze_facts(f) for f in self.extractor.runs]
+
+    def result(self, lines_read: int | None = None, long_lines: int | None = None) -> InputAnalysis:
+        return InputAnalysis(self.source, self.analyses(lines_read, long_lines))
+
+
 class Analyzer:
     """Options + rules, and the functions that turn an input into an analysis."""
 
@@ -85,16 +122,22 @@ class Analyzer:
             matcher = LineMatcher(self.rules.line_patterns, self.rule_errors)
             ex.line_hook = matcher
             ex.facts.line_hits = matcher.hits
+
+            def next_run(old: LogFacts, new: LogFacts) -> None:  # user-rule line counts are per run
+                matcher.hits = new.line_hits
+
+            ex.run_listeners.append(next_run)
         return ex
+
+    def session(self, source: str) -> Session:
+        return Session(self, source)
 
     @property
     def needs_every_line(self) -> bool:
         return bool(self.rules.line_patterns)
 
-    def extract_stream(self, fh: BinaryIO, source: str, on_event: Callable | None = None) -> LogFacts:
-        ex = self.new_extractor(source)
-        if on_event is not None:
-            ex.listeners.append(on_event)
+    def read(self, fh: BinaryIO, source: str, session: Session) -> LineStats:
+        """Feed every (candidate) line of ``fh`` into ``session``."""
         stats = LineStats()
         width = detect_hard_wrap(fh, source)
         if width:  # a paste cut into fixed-width rows: rejoin them (every row must be seen)
@@ -102,19 +145,21 @@ class Analyzer:
         else:
             lines = iter_lines(fh, source, None if self.needs_every_line else prefilter(), stats)
         for line in lines:
-            ex.feed(line)
-        return ex.finish(stats.lines, stats.long_lines)
+            session.feed(line)
+        return stats
 
-    def analyze_facts(self, facts: LogFacts) -> dict[str, Any]:
-        analysis = derive(facts)
-        analysis["findings"] = evaluate(self.rules, facts, analysis, self.options, self.rule_errors)
-        analysis.pop("_chosen", None)
-        return analysis
+    def analyze_facts(self, facts: LogFacts) -> Analysis:
+        """Figures and findings of one run's facts."""
+        derived = derive(facts)
+        findings = evaluate(self.rules, facts, derived, self.options, self.rule_errors)
+        return build_analysis(facts, derived, findings)
 
-    def analyze_stream(self, fh: BinaryIO, source: str) -> dict[str, Any]:
-        return self.analyze_facts(self.extract_stream(fh, source))
+    def analyze_stream(self, fh: BinaryIO, source: str) -> InputAnalysis:
+        s = self.session(source)
+        stats = self.read(fh, source, s)
+        return s.result(stats.lines, stats.long_lines)
 
-    def analyze_source(self, source: str, max_bytes: int = DEFAULT_MAX_BYTES) -> dict[str, Any]:
+    def analyze_source(self, source: str, max_bytes: int = DEFAULT_MAX_BYTES) -> InputAnalysis:
         """Read and analyse one input. Raises `InputError` when it cannot be read at all."""
         fh = open_input(source, max_bytes)
         try:
@@ -126,14 +171,42 @@ class Analyzer:
                 pass
 
 
+def build_analysis(facts: LogFacts, d: dict[str, Any], findings: list[dict]) -> Analysis:
+    """The typed `Analysis` of one run from its derived figures and findings."""
+    kv = d["kv_cache"]
+    ranks = [RankFigures(r["rank"], r["available_gib"], r["tokens"], r["bytes_per_token"], r["dp_group"], r["run"],
+                         r["memory_source"], r["memory_line"], r["tokens_line"]) for r in kv["bytes_per_token_by_rank"]]
+    known = {"source", "lines_read", "vllm", "config", "kv_cache", "errors", "runtime", "runs", "memory",
+             "kv_transfer", "provenance", "findings", "_chosen", "startup"}
+    return Analysis(
+        source=d["source"],
+        lines_read=d["lines_read"],
+        run=RunInfo(facts.run_index, facts.runs, facts.first_line, facts.last_line_of_run, facts.started_by),
+        vllm=VllmInfo(**d["vllm"]),
+        config=d["config"],
+        kv_cache=KVCache(kv["available_gib"], kv["kv_budget"], kv["tokens"], kv["gpu_blocks"], kv["max_concurrency"],
+                         kv["bytes_per_token"], kv["bytes_per_token_kind"], ranks, kv["bytes_per_token_note"],
+                         kv["bytes_per_token_from_error"], kv["ranks_disagree"]),
+        errors=d["errors"],
+        runtime=d["runtime"],
+        memory=d["memory"],
+        kv_transfer=d.get("kv_transfer"),
+        provenance=d["provenance"],
+        findings=[Finding.from_json(f) for f in findings],
+        memory_by_rank={k: [RankValue(f.value, f.rank, f.line, f.dp) for f in v] for k, v in sorted(facts.memory.items())},
+        startup=d.get("startup"),
+        extra={k: v for k, v in d.items() if k not in known},
+    )
+
+
 _DEFAULT: Analyzer | None = None
 
 
 def analyze_source(source: str, options: Options | None = None, max_bytes: int = DEFAULT_MAX_BYTES) -> dict[str, Any]:
-    """Convenience: analyse one input with default (or given) options."""
+    """Convenience for scripts and tests: the JSON form of the current run of one input."""
     global _DEFAULT
     if options is not None:
-        return Analyzer(options).analyze_source(source, max_bytes)
+        return Analyzer(options).analyze_source(source, max_bytes).to_json()
     if _DEFAULT is None:
         _DEFAULT = Analyzer()
-    return _DEFAULT.analyze_source(source, max_bytes)
+    return _DEFAULT.analyze_source(source, max_bytes).to_json()

@@ -51,6 +51,10 @@ _CLI_NEGATABLE = {"no_" + k: k for k in _CLI_BOOL} | {"no_disable_hybrid_kv_cach
 
 _START_MARKERS = {"engine_config", "api_server_version", "server_version", "logo_version", "non_default_args",
                   "args_namespace", "user_command"}
+# printed once per server start by the API server (or the V0 entrypoint): seen again from the same kind of
+# process, it is a restart even when the first start never reached KV sizing (a failed start, then a retry)
+_ONCE_PER_START = {"api_server_version", "server_version", "logo_version", "non_default_args", "args_namespace"}
+_PID_RE = re.compile(r"\bpid=(\d+)")
 _DP_RE = re.compile(r"(?:_DP|EngineCore_)(\d+)")
 _DEVICE_PLATFORM = {"cuda": "cuda", "npu": "npu", "cpu": "cpu", "xpu": "xpu", "tpu": "tpu", "hpu": "hpu",
                     "rocm": "rocm", "ascend": "npu", "neuron": None}
@@ -230,9 +234,14 @@ class Extractor:
 
     def __init__(self, source: str, kv_usage_high_pct: float = KV_USAGE_HIGH_PCT):
         self.facts = LogFacts(source=source)
+        self.runs: list[LogFacts] = [self.facts]  # one LogFacts per server start, in log order
         self.kv_high = kv_usage_high_pct
         self._run = 0
         self._run_has_kv = False
+        self._kv_line = 0
+        self._once_seen: dict[str, tuple[str | None, str | None]] = {}  # marker → (rank, pid) in this run
+        self._last_number = 0
+        self.run_listeners: list[Callable[[LogFacts, LogFacts], None]] = []  # (finished run, new run)
         pats, self._by_kw, self._kw_re = _dispatch_tables()
         self._handlers: dict[str, Callable[[re.Match, Line, Fact], None]] = {
             p.name: getattr(self, "_h_" + p.name) for p in pats
@@ -253,6 +262,7 @@ class Extractor:
 
     def feed(self, line: Line) -> None:
         text = line.text
+        self._last_number = line.number
         if self.line_hook is not None:
             self.line_hook(line, lambda ln: self._fact(None, ln, "line"))
         if "Avg prompt throughput" in text:  # the hot path on long logs
@@ -272,13 +282,16 @@ class Extractor:
                     continue  # the input ends inside this value: "28048" cut after "280" is no figure
                 if m is not None:
                     if p.name in _START_MARKERS:
-                        self._maybe_new_run()
+                        self._maybe_new_run(p.name, line)
                     self._handlers[p.name](m, line, self._fact(None, line, p.name))
 
     def finish(self, lines_read: int, long_lines: int = 0) -> LogFacts:
-        self.facts.lines_read = lines_read
-        self.facts.long_lines = long_lines
-        self.facts.runs = self._run + 1
+        """The facts of the last (current) run; every run's facts are in ``self.runs``."""
+        for f in self.runs:
+            f.lines_read = lines_read
+            f.long_lines = long_lines
+            f.runs = len(self.runs)
+        self.facts.last_line_of_run = max(lines_read, self._last_number, self.facts.first_line)
         return self.facts
 
     def _fact(self, value: Any, line: Line, source: str) -> Fact:
@@ -287,14 +300,50 @@ class Extractor:
     def _with(self, fact: Fact, value: Any, source: str | None = None) -> Fact:
         return Fact(value, fact.line, fact.rank, fact.raw, source or fact.source, fact.run, fact.dp)
 
-    def _maybe_new_run(self) -> None:
-        if self._run_has_kv:
-            self._run += 1
-            self._run_has_kv = False
+    def _maybe_new_run(self, marker: str | None = None, line: Line | None = None) -> None:
+        """Open a new run when ``marker`` (a start-up line) shows the server started again."""
+        restart = self._run_has_kv
+        who = None
+        if marker in _ONCE_PER_START and line is not None:
+            pid = _PID_RE.search(line.raw)
+            who = (line.rank, pid.group(1) if pid else None)
+            seen = self._once_seen.get(marker)
+            if seen is not None and seen[0] == who[0] and (seen[1] != who[1] or who[1] is None):
+                restart = True
+        if restart and line is not None:
+            self.new_run(marker, line.number)
+        if who is not None:
+            self._once_seen.setdefault(marker, who)
+
+    def new_run(self, started_by: str | None, first_line: int) -> None:
+        """Close the current run and start the next at ``first_line`` (also used by ``watch`` on truncation)."""
+        old = self.facts
+        old.last_line_of_run = max(first_line - 1, old.first_line)
+        self._run += 1
+        self._run_has_kv = False
+        self._once_seen = {}
+        new = LogFacts(source=old.source, run_index=self._run, first_line=first_line, started_by=started_by)
+        # "Automatically detected platform" is printed by each process before the version banner:
+        # platform lines after the old run's KV sizing belong to the start that follows them
+        moved = [f for f in old.platform if old.kv_sized and f.line > self._kv_line]
+        if moved:
+            old.platform = [f for f in old.platform if f not in moved]
+            new.platform = [self._with_run(f) for f in moved]
+            new.first_line = min(f.line for f in moved)
+            old.last_line_of_run = max(new.first_line - 1, old.first_line)
+        new.line_hits = {} if isinstance(old.line_hits, dict) else old.line_hits
+        self.facts = new
+        self.runs.append(new)
+        for cb in self.run_listeners:
+            cb(old, new)
+
+    def _with_run(self, f: Fact) -> Fact:
+        return Fact(f.value, f.line, f.rank, f.raw, f.source, self._run, f.dp)
 
     def _kv_seen(self) -> None:
         self._run_has_kv = True
         self.facts.kv_sized = True
+        self._kv_line = self._last_number
 
     def _emit(self, kind: str, fact: Fact) -> None:
         for cb in self.listeners:

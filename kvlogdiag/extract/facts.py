@@ -51,12 +51,16 @@ class StatsSummary:
 
 @dataclass
 class LogFacts:
-    """Everything extracted from one input."""
+    """Everything extracted from one server start (run) of one input."""
 
     source: str
     lines_read: int = 0
     long_lines: int = 0
-    runs: int = 1
+    runs: int = 1  # server starts in the whole input (set on every run's facts at the end)
+    run_index: int = 0  # which start this is, 0-based
+    first_line: int = 1  # first line of the input that belongs to this run
+    last_line_of_run: int = 0  # last line of the input that belongs to this run
+    started_by: str | None = None  # pattern that opened this run (None: the input's first run)
     version: list[Fact] = field(default_factory=list)
     engine: list[Fact] = field(default_factory=list)
     platform: list[Fact] = field(default_factory=list)

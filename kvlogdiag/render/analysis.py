@@ -1,6 +1,6 @@
 """Renderers: analyses → terminal text, JSON, Markdown.
 
-Renderers only read the analysis dictionaries; they never look at log lines again. Every piece
+Renderers only read `kvlogdiag.result.Analysis` objects; they never look at facts or log lines again. Every piece
 of log text that reaches Markdown is escaped (table pipes, backticks, HTML), so a hostile log line
 renders as text.
 """
@@ -16,9 +16,7 @@ from typing import Any, Iterable
 from tabulate import tabulate
 
 from kvlogdiag import __version__
-
-SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
-_MARK = {"error": "E", "warning": "W", "info": "I"}
+from kvlogdiag.result import Analysis, Finding, Severity
 
 
 def clean_json(obj: Any) -> Any:
@@ -35,6 +33,7 @@ def clean_json(obj: Any) -> Any:
 
 
 def json_document(analyses: list[dict], extra: dict | None = None) -> dict:
+    """The JSON document: one `Analysis.to_json()` (or `InputAnalysis.to_json()`) per input."""
     doc = {"tool": "kvlogdiag", "version": __version__, "analyses": [clean_json(a) for a in analyses]}
     if extra:
         doc.update(clean_json(extra))
@@ -69,31 +68,30 @@ def fmt_bpt(v: float | None) -> str:
     return f"{v:,.0f} B ({v / 1024:,.1f} KiB)"
 
 
-def visible_findings(analysis: dict, min_severity: str = "info") -> list[dict]:
-    limit = SEVERITY_ORDER.get(min_severity, 2)
-    return [f for f in analysis.get("findings", []) if SEVERITY_ORDER.get(f["severity"], 2) <= limit]
+def visible_findings(analysis: Analysis, min_severity: str = "info") -> list[Finding]:
+    return analysis.visible_findings(min_severity)
 
 
-def error_lines(a: dict) -> list[str]:
+def error_lines(a: Analysis) -> list[str]:
     """Start-up errors in words."""
     out = []
-    ik = a["errors"]["insufficient_kv"]
+    ik = a.errors["insufficient_kv"]
     if ik:
         out.append(f"insufficient KV cache: one request at max seq len {fmt_num(ik['max_seq_len'])} needs {fmt_gib(ik['needed_gib'])}, "
                    f"available {fmt_gib(ik['available_gib'])}; vLLM's estimated max length {fmt_num(ik['estimated_max_len'])}")
-    if a["errors"].get("no_available_memory"):
+    if a.errors.get("no_available_memory"):
         out.append("no available memory for the cache blocks")
-    if a["errors"].get("startup_failed"):
+    if a.errors.get("startup_failed"):
         out.append("the engine core failed to start")
     return out
 
 
-def identity_rows(a: dict) -> list[tuple[str, str]]:
-    v, c = a["vllm"], a["config"]
-    par = "/".join(fmt_num(c[k]) for k in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"))
-    kt = a.get("kv_transfer") or {}
+def identity_rows(a: Analysis) -> list[tuple[str, str]]:
+    v, c = a.vllm, a.config
+    par = "/".join(fmt_num(x) for x in a.parallel)
+    kt = a.kv_transfer or {}
     rows = [
-        ("vLLM", f"{v['version'] or '—'} ({v['engine'] or '?'} engine, {v['platform'] or 'platform ?'})"),
+        ("vLLM", f"{v.version or '—'} ({v.engine or '?'} engine, {v.platform or 'platform ?'})"),
         ("model", c["model"] or "—"),
         ("TP/PP/DP", par),
         ("max_model_len", fmt_num(c["max_model_len"])),
@@ -110,44 +108,45 @@ def identity_rows(a: dict) -> list[tuple[str, str]]:
     return rows
 
 
-def _rank_rows(a: dict) -> list[list[str]]:
-    rows = []
-    for r in a["kv_cache"]["bytes_per_token_by_rank"]:
-        rows.append([r["rank"] or "—", f"DP{r['dp_group']}" + (f" run {r['run'] + 1}" if a.get("runs", 1) > 1 else ""),
-                     fmt_gib(r["available_gib"]), fmt_num(r["tokens"]), fmt_bpt(r["bytes_per_token"]),
-                     f"{r['memory_line']}/{r['tokens_line']}"])
-    return rows
+def _rank_rows(a: Analysis) -> list[list[str]]:
+    return [[r.rank or "—", f"DP{r.dp_group}", fmt_gib(r.available_gib), fmt_num(r.tokens), fmt_bpt(r.bytes_per_token),
+             f"{r.memory_line}/{r.tokens_line}"] for r in a.kv_cache.ranks]
 
 
-def render_text(analyses: list[dict], min_severity: str = "info", errors: Iterable[str] = ()) -> str:
-    """The default terminal summary."""
+def run_label(a: Analysis) -> str:
+    """``run 2 of 2 (current), lines 117-312`` — empty for an input with one server start."""
+    r = a.run
+    if r.count <= 1:
+        return ""
+    return f"run {r.index + 1} of {r.count}{' (current)' if r.current else ''}, lines {r.first_line:,}–{r.last_line:,}"
+
+
+def render_text(analyses: list[Analysis], min_severity: str = "info", errors: Iterable[str] = ()) -> str:
+    """The default terminal summary (one section per run given, in the order given)."""
     out: list[str] = []
     for a in analyses:
-        out.append(f"== {a['source']}  ({a['lines_read']:,} lines{', %d runs' % a['runs'] if a.get('runs', 1) > 1 else ''})")
+        rl = run_label(a)
+        out.append(f"== {a.source}  ({a.lines_read:,} lines{'; ' + rl if rl else ''})")
         out.append(tabulate(identity_rows(a), tablefmt="plain"))
-        kv = a["kv_cache"]
+        kv = a.kv_cache
         out.append("")
         out.append("KV cache")
-        bpt = kv["bytes_per_token"]
-        kind = kv["bytes_per_token_kind"]
+        bpt = kv.bytes_per_token
+        kind = kv.bytes_per_token_kind
         lines = [("bytes per token (per rank)", fmt_bpt(bpt) + (f"  [{kind}]" if kind else ""))]
-        if kv["available_gib"]:
-            lines.append(("Available KV cache memory", ", ".join(fmt_gib(x) for x in kv["available_gib"])))
-        for b in kv["kv_budget"]:
+        if kv.available_gib:
+            lines.append(("Available KV cache memory", ", ".join(fmt_gib(x) for x in kv.available_gib)))
+        for b in kv.kv_budget:
             lines.append((f"KV budget ({b['source']}, line {b['line']})", fmt_gib(b["gib"])))
-        if kv["tokens"]:
-            lines.append(("KV cache size (tokens)", ", ".join(fmt_num(x) for x in kv["tokens"])))
-        if kv["gpu_blocks"]:
-            lines.append(("V0 blocks", ", ".join(fmt_num(x) for x in kv["gpu_blocks"])))
-        by_len: dict[int, list[float]] = {}
-        for mc in kv["max_concurrency"]:
-            by_len.setdefault(mc["tokens_per_request"], []).append(mc["concurrency"])
-        for length, cs in by_len.items():
-            lo, hi = min(cs), max(cs)
+        if kv.tokens:
+            lines.append(("KV cache size (tokens)", ", ".join(fmt_num(x) for x in kv.tokens)))
+        if kv.gpu_blocks:
+            lines.append(("V0 blocks", ", ".join(fmt_num(x) for x in kv.gpu_blocks)))
+        for length, (lo, hi, n) in kv.max_concurrency_by_length.items():
             span = f"{lo:.2f}x" if lo == hi else f"{lo:.2f}x–{hi:.2f}x"
-            lines.append((f"max concurrency @ {length:,} tokens", span + (f"  ({len(cs)} lines)" if len(cs) > 1 else "")))
-        if kv.get("bytes_per_token_note"):
-            lines.append(("note", kv["bytes_per_token_note"]))
+            lines.append((f"max concurrency @ {length:,} tokens", span + (f"  ({n} lines)" if n > 1 else "")))
+        if kv.bytes_per_token_note:
+            lines.append(("note", kv.bytes_per_token_note))
         out.append(tabulate(lines, tablefmt="plain"))
         rr = _rank_rows(a)
         if rr:
@@ -158,7 +157,7 @@ def render_text(analyses: list[dict], min_severity: str = "info", errors: Iterab
             out.append("")
             out.append("Errors")
             out.extend("  " + e for e in errs)
-        rt = a["runtime"]
+        rt = a.runtime
         if rt["stats_lines"] or rt["preemptions"] or rt.get("recompute_preemptions"):
             out.append("")
             out.append(f"Runtime: {rt['stats_lines']:,} stats lines, max KV usage {fmt_num(rt['kv_usage_max_pct'], 1)} %, "
@@ -169,11 +168,11 @@ def render_text(analyses: list[dict], min_severity: str = "info", errors: Iterab
         if fs:
             out.append(f"Findings ({len(fs)})")
             for f in fs:
-                loc = f"{a['source']}:{f['line']}" if f["line"] else a["source"]
-                out.append(f"  {loc}: {f['rule']} [{f['severity']}] {f['name']}")
-                out.append(f"      {f['message']}")
-                if f.get("fix"):
-                    out.append(f"      fix: {f['fix']}")
+                loc = f"{a.source}:{f.line}" if f.line else a.source
+                out.append(f"  {loc}: {f.rule} [{f.severity.label}] {f.name}")
+                out.append(f"      {f.message}")
+                if f.fix:
+                    out.append(f"      fix: {f.fix}")
         else:
             out.append("No findings.")
         out.append("")
@@ -213,23 +212,24 @@ def md_table(headers: list[str], rows: list[list[Any]]) -> str:
     return "\n".join([head, sep, *body])
 
 
-def render_markdown(analyses: list[dict], min_severity: str = "info", details: bool = True) -> str:
+def render_markdown(analyses: list[Analysis], min_severity: str = "info", details: bool = True) -> str:
     out: list[str] = []
     for a in analyses:
         fs = visible_findings(a, min_severity)
-        counts = {s: sum(1 for f in fs if f["severity"] == s) for s in ("error", "warning", "info")}
-        out.append(f"## kvlogdiag: {md_escape(a['source'])}")
+        counts = {s.label: sum(1 for f in fs if f.severity == s) for s in Severity}
+        rl = run_label(a)
+        out.append(f"## kvlogdiag: {md_escape(a.source)}" + (f" ({md_escape(rl)})" if rl else ""))
         out.append("")
-        out.append(f"{a['lines_read']:,} lines read · {counts['error']} errors · {counts['warning']} warnings · {counts['info']} info")
+        out.append(f"{a.lines_read:,} lines read · {counts['error']} errors · {counts['warning']} warnings · {counts['info']} info")
         out.append("")
         out.append(md_table(["setting", "value"], [list(r) for r in identity_rows(a)]))
         out.append("")
-        kv = a["kv_cache"]
-        out.append(f"**bytes per token (per rank): {md_escape(fmt_bpt(kv['bytes_per_token']))}**"
-                   + (f" ({md_escape(kv['bytes_per_token_kind'])})" if kv["bytes_per_token_kind"] else ""))
-        if kv.get("bytes_per_token_note"):
+        kv = a.kv_cache
+        out.append(f"**bytes per token (per rank): {md_escape(fmt_bpt(kv.bytes_per_token))}**"
+                   + (f" ({md_escape(kv.bytes_per_token_kind)})" if kv.bytes_per_token_kind else ""))
+        if kv.bytes_per_token_note:
             out.append("")
-            out.append(f"> {md_escape(kv['bytes_per_token_note'])}")
+            out.append(f"> {md_escape(kv.bytes_per_token_note)}")
         rr = _rank_rows(a)
         if rr:
             out.append("")
@@ -245,15 +245,15 @@ def render_markdown(analyses: list[dict], min_severity: str = "info", details: b
             out.append("### Findings")
             out.append("")
             for f in fs:
-                out.append(f"- **{f['rule']} {md_escape(f['name'])}** ({f['severity']}"
-                           + (f", line {f['line']}" if f["line"] else "") + f"): {md_escape(f['message'])}")
-                if f.get("fix"):
-                    out.append(f"  - fix: {md_escape(f['fix'])}")
-                if details and f.get("evidence"):
+                out.append(f"- **{f.rule} {md_escape(f.name)}** ({f.severity.label}"
+                           + (f", line {f.line}" if f.line else "") + f"): {md_escape(f.message)}")
+                if f.fix:
+                    out.append(f"  - fix: {md_escape(f.fix)}")
+                if details and f.evidence:
                     out.append("")
                     out.append("  <details><summary>evidence</summary>")
                     out.append("")
-                    out.append("  " + md_code_block([f"{f['line']}: {f['evidence']}"]).replace("\n", "\n  "))
+                    out.append("  " + md_code_block([f"{f.line}: {f.evidence}"]).replace("\n", "\n  "))
                     out.append("")
                     out.append("  </details>")
             out.append("")

@@ -25,6 +25,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from kvlogdiag.result import Severity
 from kvlogdiag.rules.condition import (
     Call, Condition, ConditionError, EvaluationError, FunctionSpec, ListExpr, Literal, Unary, Binary,
     compile_user_regex, parse, regex_search,
@@ -38,7 +39,7 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 SEVERITIES = ("info", "warning", "error")
-SEVERITY_RANK = {"info": 1, "warning": 2, "error": 3, "never": 99}
+SEVERITY_RANK = {s.label: int(s) for s in Severity} | {"never": Severity.threshold("never")}  # by name
 CODE_RE = re.compile(r"^[A-Z]{2,6}\d{3,4}$")
 SLUG_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 _TEMPLATE_RE = re.compile(r"\{([A-Za-z][A-Za-z0-9_.]*)(?::([^{}]*))?\}")

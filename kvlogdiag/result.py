@@ -1,0 +1,261 @@
+"""The one typed result every mode renders: `Analysis` of one server start (run) of one input.
+
+Data flows one way: lines → facts (``extract``) → figures (``derive``) → findings (``rules``) →
+`Analysis` (this module) → renderers and modes. A renderer, ``scan`` row, ``watch`` event, ``report``
+or ``estimate`` reads only these objects, never the facts or the log again, so every mode states the
+same figures for the same run. `Analysis.to_json()` is the JSON contract (docs/json-output.md): keys are
+only ever added.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any
+
+
+class Severity(IntEnum):
+    """Finding severity; higher is worse. The one definition used by rules, filters and exit codes."""
+
+    INFO = 1
+    WARNING = 2
+    ERROR = 3
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+    @classmethod
+    def parse(cls, name: str) -> "Severity":
+        """``"warning"`` → `Severity.WARNING`; ValueError for anything else."""
+        try:
+            return cls[str(name).upper()]
+        except KeyError:
+            raise ValueError(f"unknown severity {name!r} (info, warning, error)") from None
+
+    @classmethod
+    def threshold(cls, name: str) -> int:
+        """Rank of a ``--fail-on``/``--min-severity`` level; ``never`` is above every severity."""
+        return 99 if name == "never" else int(cls.parse(name))
+
+
+LEVELS = ("info", "warning", "error", "never")  # --fail-on values, lowest first
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One rule's verdict on one run, with the log line that is its evidence."""
+
+    rule: str
+    name: str
+    severity: Severity
+    message: str
+    fix: str | None = None
+    line: int | None = None
+    evidence: str | None = None
+    rank: str | None = None
+    summary: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rule": self.rule, "name": self.name, "severity": self.severity.label, "message": self.message,
+                "fix": self.fix, "line": self.line, "evidence": self.evidence, "rank": self.rank,
+                "summary": self.summary}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Finding":
+        return cls(d["rule"], d["name"], Severity.parse(d["severity"]), d["message"], d.get("fix"), d.get("line"),
+                   d.get("evidence"), d.get("rank"), d.get("summary"))
+
+
+@dataclass(frozen=True)
+class RankFigures:
+    """One pairing of a KV memory figure with a token count (one rank, or a DP group's tightest rank)."""
+
+    rank: str | None
+    available_gib: float
+    tokens: int
+    bytes_per_token: float | None
+    dp_group: int = 0
+    run: int = 0
+    memory_source: str | None = None
+    memory_line: int | None = None
+    tokens_line: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rank": self.rank, "available_gib": self.available_gib, "tokens": self.tokens,
+                "bytes_per_token": self.bytes_per_token, "dp_group": self.dp_group, "run": self.run,
+                "memory_source": self.memory_source, "memory_line": self.memory_line, "tokens_line": self.tokens_line}
+
+
+@dataclass(frozen=True)
+class RankValue:
+    """A per-rank figure of the memory profile (weights, CUDA graphs, …) with its line."""
+
+    value: Any
+    rank: str | None
+    line: int
+    dp_group: int = 0
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """Which server start of the input this analysis covers."""
+
+    index: int  # 0-based, in log order
+    count: int  # server starts in the input
+    first_line: int
+    last_line: int
+    started_by: str | None = None  # the pattern that opened the run (None for the first run)
+
+    @property
+    def current(self) -> bool:
+        """The last start of the input: the server as it is now."""
+        return self.index == self.count - 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {"index": self.index, "count": self.count, "first_line": self.first_line,
+                "last_line": self.last_line, "current": self.current, "started_by": self.started_by}
+
+
+@dataclass(frozen=True)
+class VllmInfo:
+    version: str | None
+    engine: str | None
+    platform: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": self.version, "engine": self.engine, "platform": self.platform}
+
+
+@dataclass(frozen=True)
+class KVCache:
+    """The KV figures of one run, as logged, and the bytes per token derived from them."""
+
+    available_gib: list[float]
+    kv_budget: list[dict[str, Any]]
+    tokens: list[int]
+    gpu_blocks: list[int]
+    max_concurrency: list[dict[str, Any]]
+    bytes_per_token: float | None
+    bytes_per_token_kind: str | None
+    ranks: list[RankFigures]
+    bytes_per_token_note: str | None
+    bytes_per_token_from_error: float | None
+    ranks_disagree: bool
+
+    @property
+    def max_concurrency_by_length(self) -> dict[int, tuple[float, float, int]]:
+        """tokens per request → (lowest, highest, number of lines)."""
+        out: dict[int, list[float]] = {}
+        for mc in self.max_concurrency:
+            out.setdefault(mc["tokens_per_request"], []).append(mc["concurrency"])
+        return {k: (min(v), max(v), len(v)) for k, v in out.items()}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"available_gib": list(self.available_gib), "kv_budget": list(self.kv_budget),
+                "tokens": list(self.tokens), "gpu_blocks": list(self.gpu_blocks),
+                "max_concurrency": list(self.max_concurrency), "bytes_per_token": self.bytes_per_token,
+                "bytes_per_token_kind": self.bytes_per_token_kind,
+                "bytes_per_token_by_rank": [r.to_json() for r in self.ranks],
+                "bytes_per_token_note": self.bytes_per_token_note,
+                "bytes_per_token_from_error": self.bytes_per_token_from_error,
+                "ranks_disagree": self.ranks_disagree}
+
+
+@dataclass
+class Analysis:
+    """Everything kvlogdiag states about one server start of one input.
+
+    ``config``, ``errors``, ``runtime``, ``memory``, ``kv_transfer`` and ``provenance`` keep the
+    JSON shape of the contract (plain dictionaries of JSON values); the figures people size clusters
+    with are typed (`VllmInfo`, `KVCache`, `RankFigures`, `Finding`).
+    """
+
+    source: str
+    lines_read: int
+    run: RunInfo
+    vllm: VllmInfo
+    config: dict[str, Any]
+    kv_cache: KVCache
+    errors: dict[str, Any]
+    runtime: dict[str, Any]
+    memory: dict[str, list[Any]]
+    kv_transfer: dict[str, Any] | None
+    provenance: dict[str, dict[str, Any]]
+    findings: list[Finding] = field(default_factory=list)
+    memory_by_rank: dict[str, list[RankValue]] = field(default_factory=dict)
+    startup: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # fields added to the JSON by later stages
+
+    # -- views -----------------------------------------------------------------------------------
+
+    @property
+    def model(self) -> str | None:
+        return self.config.get("model")
+
+    @property
+    def parallel(self) -> tuple[int | None, int | None, int | None]:
+        c = self.config
+        return c.get("tensor_parallel_size"), c.get("pipeline_parallel_size"), c.get("data_parallel_size")
+
+    def visible_findings(self, min_severity: str = "info") -> list[Finding]:
+        limit = Severity.threshold(min_severity)
+        return [f for f in self.findings if f.severity >= limit]
+
+    def worst(self) -> Severity | None:
+        return max((f.severity for f in self.findings), default=None)
+
+    def to_json(self, min_severity: str = "info") -> dict[str, Any]:
+        """The JSON contract (docs/json-output.md); findings below ``min_severity`` left out."""
+        out: dict[str, Any] = {
+            "source": self.source,
+            "lines_read": self.lines_read,
+            "vllm": self.vllm.to_json(),
+            "config": self.config,
+            "kv_cache": self.kv_cache.to_json(),
+            "errors": self.errors,
+            "runtime": self.runtime,
+            "runs": self.run.count,
+            "run": self.run.to_json(),
+            "memory": self.memory,
+            "kv_transfer": self.kv_transfer,
+            "provenance": self.provenance,
+        }
+        if self.startup is not None:
+            out["startup"] = self.startup
+        out.update(self.extra)
+        out["findings"] = [f.to_json() for f in self.visible_findings(min_severity)]
+        return out
+
+
+@dataclass
+class InputAnalysis:
+    """The runs of one input, in log order; `selected` are the ones the user asked for."""
+
+    source: str
+    runs: list[Analysis]
+
+    @property
+    def current(self) -> Analysis:
+        return self.runs[-1]
+
+    def select(self, which: str = "last") -> list[Analysis]:
+        """``last`` (the current start), ``first``, ``all`` (newest first) or a 1-based run number."""
+        if which == "all":
+            return list(reversed(self.runs))
+        if which == "last":
+            return [self.runs[-1]]
+        if which == "first":
+            return [self.runs[0]]
+        n = int(which)
+        if not 1 <= n <= len(self.runs):
+            raise IndexError(f"{self.source}: no run {n} (the input has {len(self.runs)})")
+        return [self.runs[n - 1]]
+
+    def to_json(self, which: str = "last", min_severity: str = "info") -> dict[str, Any]:
+        """The Analysis of the selected run (default: the current one), with every run under ``all_runs``."""
+        chosen = self.select("last" if which == "all" else which)[0]
+        out = chosen.to_json(min_severity)
+        if len(self.runs) > 1 or which == "all":
+            out["all_runs"] = [a.to_json(min_severity) for a in reversed(self.runs)]
+        return out
