@@ -18,6 +18,7 @@ from kvlogdiag import __version__
 from kvlogdiag.config import LEVELS, ROLES, ConfigError, load_options
 from kvlogdiag.rules.context import NAMES, Options
 from kvlogdiag.input.reader import DEFAULT_MAX_BYTES, InputError
+from kvlogdiag.result import Severity
 from kvlogdiag.rules.engine import SEVERITY_RANK, RuleLoadError, RuleSet, load_rules
 
 
@@ -30,13 +31,11 @@ class ExitCode(IntEnum):
     INTERRUPTED = 130  # Ctrl-C (watch)
 
 
-def fail_exit(analyses: list[dict], fail_on: str) -> ExitCode:
-    """FINDINGS when any finding reaches ``fail_on`` (``never`` disables)."""
-    limit = SEVERITY_RANK.get(fail_on, 3)
-    for a in analyses:
-        for f in a.get("findings", []):
-            if SEVERITY_RANK.get(f["severity"], 0) >= limit:
-                return ExitCode.FINDINGS
+def fail_exit(analyses: list, fail_on: str) -> ExitCode:
+    """FINDINGS when any finding of the given runs reaches ``fail_on`` (``never`` disables)."""
+    limit = Severity.threshold(fail_on)
+    if any(f.severity >= limit for a in analyses for f in a.findings):
+        return ExitCode.FINDINGS
     return ExitCode.OK
 
 
@@ -104,14 +103,32 @@ def cli() -> None:
     """
 
 
+RUN_HELP = ("Which server start of each input: last (the current one), first, a run number (1 = first), or all "
+            "[default: all runs for text/markdown, newest first; JSON: the current run, every run under all_runs].")
+
+
+def run_option(func: Callable) -> Callable:
+    return click.option("--run", "run", default=None, metavar="last|first|N|all", callback=_check_run, help=RUN_HELP)(func)
+
+
+def _check_run(ctx, param, value):
+    if value is None or value in ("last", "first", "all") or (value.isdigit() and int(value) >= 1):
+        return value
+    raise click.BadParameter(f"{value!r}: use last, first, all or a run number (1, 2, ...)")
+
+
 @cli.command()
 @click.argument("inputs", nargs=-1, metavar="[FILE|-]...")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True)
 @click.option("--max-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_BYTES, show_default=True,
               help="Stop reading an input after this many (decompressed) bytes: guards against decompression bombs.")
+@run_option
 @rule_options
-def analyze(inputs: tuple[str, ...], fmt: str, max_bytes: int, **kw: Any) -> None:
-    """Analyse one or more logs (paths or - for stdin; gzip/bz2/xz/zstd detected automatically)."""
+def analyze(inputs: tuple[str, ...], fmt: str, max_bytes: int, run: str | None, **kw: Any) -> None:
+    """Analyse one or more logs (paths or - for stdin; gzip/bz2/xz/zstd detected automatically).
+
+    A log with several server starts (a restarted server appending to its log) is analysed per
+    start: each figure and finding belongs to one run."""
     from kvlogdiag.render.analysis import render_json, render_markdown, render_text
 
     if not inputs and sys.stdin.isatty():
@@ -119,35 +136,34 @@ def analyze(inputs: tuple[str, ...], fmt: str, max_bytes: int, **kw: Any) -> Non
         sys.exit(ExitCode.ERROR)
     analyzer = build_analyzer(kw)
     opts = analyzer.options
-    analyses: list[dict] = []
+    results = []
     failed: list[str] = []
     for src in inputs or ("-",):
         try:
-            analyses.append(analyzer.analyze_source(src, max_bytes))
+            results.append(analyzer.analyze_source(src, max_bytes))
         except InputError as exc:
             err(str(exc))
             failed.append(str(exc))
         except RuleLoadError as exc:  # --strict-rules
             err(str(exc))
             sys.exit(ExitCode.ERROR)
+    shown = []
+    try:
+        for r in results:
+            shown.extend(r.select(run or "all"))
+    except IndexError as exc:
+        err(str(exc))
+        sys.exit(ExitCode.ERROR)
     fatal = report_rule_errors(analyzer)
     if fmt == "json":
-        click.echo(render_json([_filter(a, opts) for a in analyses]))
+        click.echo(render_json([r.to_json(run or "last", opts.min_severity) for r in results]))
     elif fmt == "markdown":
-        click.echo(render_markdown(analyses, opts.min_severity), nl=False)
+        click.echo(render_markdown(shown, opts.min_severity), nl=False)
     else:
-        click.echo(render_text(analyses, opts.min_severity), nl=False)
+        click.echo(render_text(shown, opts.min_severity), nl=False)
     if failed or fatal:
         sys.exit(ExitCode.ERROR)
-    sys.exit(fail_exit(analyses, opts.fail_on))
-
-
-def _filter(a: dict, opts: Options) -> dict:
-    from kvlogdiag.render.analysis import visible_findings
-
-    out = dict(a)
-    out["findings"] = visible_findings(a, opts.min_severity)
-    return out
+    sys.exit(fail_exit(shown, opts.fail_on))
 
 
 @cli.command("rules")
