@@ -7,13 +7,13 @@ reader unless a loaded user rule matches raw lines (``any_line``/``count``), whi
 
 from __future__ import annotations
 
-import time
 from typing import Any, BinaryIO, Callable
 
 from kvlogdiag.rules.condition import EvaluationError, regex_search
 from kvlogdiag.rules.context import Options
 from kvlogdiag.derive.figures import derive
 from kvlogdiag.extract.extractor import Extractor
+from kvlogdiag.extract.runs import server_starts
 from kvlogdiag.extract.facts import LogFacts
 from kvlogdiag.catalogue.patterns import prefilter_regex
 from kvlogdiag.input.reader import (
@@ -35,75 +35,42 @@ def prefilter():
     return _PREFILTER
 
 
-LINE_REGEX_TIMEOUT_S = 0.25  # one line
-LINE_REGEX_BUDGET_S = 2.0  # one pattern over a whole input: a slow-but-not-timing-out regex can't cost hours
-LINE_REGEX_SLOW_S = 0.001  # a search slower than this is charged to the budget
+# A hang guard, not a budget: a user regex stuck on one line (catastrophic backtracking) is stopped after
+# this long and reported; generous so that a busy host never trips it on a sane pattern. Counts never
+# depend on how fast the machine is: a pattern either sees every line or its rules report an error.
+LINE_REGEX_TIMEOUT_S = 1.5
+
+
+class LineHits(dict):
+    """Pattern → (matching lines, first matching line) of the user-rule line regexes.
+
+    ``stopped`` names the patterns the hang guard stopped, with where: their counts are incomplete and
+    the rules using them report a rule error instead of a finding.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stopped: dict[str, str] = {}
 
 
 class LineMatcher:
-    """Counts matches of user-rule line regexes, with a per-line timeout and a per-input time budget."""
+    """Counts matches of user-rule line regexes on every line, each search under the hang guard."""
 
-    def __init__(self, patterns: tuple[str, ...], errors: list[RuleError]):
+    def __init__(self, patterns: tuple[str, ...]):
         self.patterns = list(patterns)
-        self.hits: dict[str, tuple[int, Any]] = {}
-        self.errors = errors
-        self.spent: dict[str, float] = {p: 0.0 for p in self.patterns}
+        self.hits = LineHits()
 
     def __call__(self, line: Line, fact_of) -> None:
         for p in list(self.patterns):
-            t0 = time.perf_counter()
             try:
                 m = regex_search(p, line.text, LINE_REGEX_TIMEOUT_S)
             except EvaluationError as exc:
-                self.errors.append(RuleError("-", f"line regex {p!r} stopped at line {line.number}: {exc}"))
+                self.hits.stopped[p] = f"stopped at line {line.number}: {exc}"
                 self.patterns.remove(p)
                 continue
-            took = time.perf_counter() - t0
-            if took > LINE_REGEX_SLOW_S:  # only slow searches count: cheap patterns run on any log size
-                self.spent[p] += took
-            if self.spent[p] > LINE_REGEX_BUDGET_S:
-                self.errors.append(RuleError("-", f"line regex {p!r} used its time budget ({LINE_REGEX_BUDGET_S:g} s) "
-                                                  f"at line {line.number}; its counts cover lines before that"))
-                self.patterns.remove(p)
             if m is not None:
                 n, first = self.hits.get(p, (0, None))
                 self.hits[p] = (n + 1, first or fact_of(line))
-
-
-class Session:
-    """An input being analysed line by line: ``analyze`` feeds it a whole file, ``watch`` a live pipe.
-
-    `analyses()` can be called at any time (``watch`` re-evaluates as lines arrive) and gives one
-    `Analysis` per server start seen so far, in log order.
-    """
-
-    def __init__(self, analyzer: "Analyzer", source: str):
-        self.analyzer = analyzer
-        self.source = source
-        self.extractor = analyzer.new_extractor(source)
-        self.lines = 0
-        self.long_lines = 0
-        self._cache: dict[int, tuple[int, Analysis]] = {}  # run index → (facts version, analysis)
-
-    @property
-    def runs(self) -> list[LogFacts]:
-        return self.extractor.runs
-
-    def feed(self, line: Line) -> None:
-        self.extractor.feed(line)
-        self.lines = max(self.lines, line.number)
-
-    def new_run(self, reason: str, first_line: int) -> None:
-        """Start a new run by hand (``watch -f`` saw the file truncated: the server was restarted)."""
-        self.extractor.new_run(reason, first_line)
-
-    def analyses(self, lines_read: int | None = None, long_lines: int | None = None) -> list[Analysis]:
-        self.extractor.finish(self.lines if lines_read is None else lines_read,
-                              self.long_lines if long_lines is None else long_lines)
-        return [self.analyzer.analyze_facts(f) for f in self.extractor.runs]
-
-    def result(self, lines_read: int | None = None, long_lines: int | None = None) -> InputAnalysis:
-        return InputAnalysis(self.source, self.analyses(lines_read, long_lines))
 
 
 class Analyzer:
@@ -119,7 +86,7 @@ class Analyzer:
     def new_extractor(self, source: str) -> Extractor:
         ex = Extractor(source)
         if self.rules.line_patterns:
-            matcher = LineMatcher(self.rules.line_patterns, self.rule_errors)
+            matcher = LineMatcher(self.rules.line_patterns)
             ex.line_hook = matcher
             ex.facts.line_hits = matcher.hits
 
@@ -174,7 +141,7 @@ class Analyzer:
 def build_analysis(facts: LogFacts, d: dict[str, Any], findings: list[dict]) -> Analysis:
     """The typed `Analysis` of one run from its derived figures and findings."""
     kv = d["kv_cache"]
-    ranks = [RankFigures(r["rank"], r["available_gib"], r["tokens"], r["bytes_per_token"], r["dp_group"], r["run"],
+    ranks = [RankFigures(r["rank"], r["available_gib"], r["tokens"], r["bytes_per_token"], r["dp_group"], facts.run_index,
                          r["memory_source"], r["memory_line"], r["tokens_line"]) for r in kv["bytes_per_token_by_rank"]]
     known = {"source", "lines_read", "vllm", "config", "kv_cache", "errors", "runtime", "runs", "memory",
              "kv_transfer", "provenance", "findings", "_chosen", "startup"}

@@ -253,9 +253,20 @@ class InputAnalysis:
         return [self.runs[n - 1]]
 
     def to_json(self, which: str = "last", min_severity: str = "info") -> dict[str, Any]:
-        """The Analysis of the selected run (default: the current one), with every run under ``all_runs``."""
+        """The Analysis of the selected run (default: the current one), with every run under ``all_runs``.
+
+        The lists of KV lines under ``kv_cache`` (available_gib, kv_budget, tokens, gpu_blocks,
+        max_concurrency) keep the contract's meaning at this level: every such line of the input, in log
+        order, whichever run printed it. Each entry of ``all_runs`` lists its own run's lines; every other
+        figure (bytes per token, config, findings) is the selected run's alone.
+        """
         chosen = self.select("last" if which == "all" else which)[0]
         out = chosen.to_json(min_severity)
         if len(self.runs) > 1 or which == "all":
             out["all_runs"] = [a.to_json(min_severity) for a in reversed(self.runs)]
+            for key in INPUT_LISTS:
+                out["kv_cache"][key] = [x for a in self.runs for x in getattr(a.kv_cache, key)]
         return out
+
+
+INPUT_LISTS = ("available_gib", "kv_budget", "tokens", "gpu_blocks", "max_concurrency")
