@@ -73,6 +73,42 @@ class LineMatcher:
                 self.hits[p] = (n + 1, first or fact_of(line))
 
 
+class Session:
+    """An input being analysed line by line: ``analyze`` feeds it a whole file, ``watch`` a live pipe.
+
+    `analyses()` can be called at any time (``watch`` re-evaluates as lines arrive) and gives one
+    `Analysis` per server start seen so far, in log order.
+    """
+
+    def __init__(self, analyzer: "Analyzer", source: str):
+        self.analyzer = analyzer
+        self.source = source
+        self.extractor = analyzer.new_extractor(source)
+        self.lines = 0
+        self.long_lines = 0
+        self._cache: dict[int, tuple[int, Analysis]] = {}  # run index → (facts version, analysis)
+
+    @property
+    def runs(self) -> list[LogFacts]:
+        return self.extractor.runs
+
+    def feed(self, line: Line) -> None:
+        self.extractor.feed(line)
+        self.lines = max(self.lines, line.number)
+
+    def new_run(self, reason: str, first_line: int) -> None:
+        """Start a new run by hand (``watch -f`` saw the file truncated: the server was restarted)."""
+        self.extractor.new_run(reason, first_line)
+
+    def analyses(self, lines_read: int | None = None, long_lines: int | None = None) -> list[Analysis]:
+        self.extractor.finish(self.lines if lines_read is None else lines_read,
+                              self.long_lines if long_lines is None else long_lines)
+        return [self.analyzer.analyze_facts(f) for f in self.extractor.runs]
+
+    def result(self, lines_read: int | None = None, long_lines: int | None = None) -> InputAnalysis:
+        return InputAnalysis(self.source, self.analyses(lines_read, long_lines))
+
+
 class Analyzer:
     """Options + rules, and the functions that turn an input into an analysis."""
 
