@@ -86,7 +86,6 @@ class Session:
         self.extractor = analyzer.new_extractor(source)
         self.lines = 0
         self.long_lines = 0
-        self._cache: dict[int, tuple[int, Analysis]] = {}  # run index → (facts version, analysis)
 
     @property
     def runs(self) -> list[LogFacts]:
@@ -103,7 +102,7 @@ class Session:
     def analyses(self, lines_read: int | None = None, long_lines: int | None = None) -> list[Analysis]:
         self.extractor.finish(self.lines if lines_read is None else lines_read,
                               self.long_lines if long_lines is None else long_lines)
-        return [self.analyzer.analyze_facts(f) for f in self.extractor.runs]
+        return [self.analyzer.analyze_facts(f) for f in server_starts(self.extractor.runs)]
 
     def result(self, lines_read: int | None = None, long_lines: int | None = None) -> InputAnalysis:
         return InputAnalysis(self.source, self.analyses(lines_read, long_lines))
