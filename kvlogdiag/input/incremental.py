@@ -1,0 +1,118 @@
+"""Incremental line splitting: bytes arriving in pieces of any size → the `Line` objects of the file reader.
+
+``watch`` reads a live pipe or a followed file, so its bytes come in pieces cut anywhere — inside a
+line, inside a multi-byte UTF-8 character, between ``\\r`` and ``\\n``. `LineSplitter` turns them into
+exactly the lines `kvlogdiag.input.reader.iter_lines` yields for the same bytes read from a file:
+
+* the same numbering (every ``\\n`` counts, filtered or not; a last line without a newline counts);
+* the same decoding and envelopes (`reader.make_line`: ANSI codes, ``\\r``, docker/CRI/journald
+  prefixes, the vLLM process prefix as the rank);
+* the same prefilter: with one, only candidate lines are decoded (`reader.ChunkScanner`, the same
+  lines the prefilter regex finds);
+* the same cut of an over-long line: its first ``MAX_LINE_BYTES`` are kept, the rest is dropped while
+  reading (never buffered), and the cut is counted in ``stats.long_lines``;
+* the line the input ends inside is flagged ``unterminated`` (its last number may be cut: the
+  extractor does not read it), and only `LineSplitter.end` yields it — never a piece of a line that
+  is still being written.
+
+Hard-wrapped pastes (`reader.unwrap_lines`) are recognised from the head of a file only; a live
+stream is not unwrapped.
+"""
+
+from __future__ import annotations
+
+import re
+
+from kvlogdiag.input.reader import MAX_LINE_BYTES, ChunkScanner, Line, LineStats, make_line
+
+__all__ = ["LineSplitter"]
+
+
+class LineSplitter:
+    """Feed bytes with `feed`, close the input (or one file of a followed stream) with `end`.
+
+    ``stats.lines`` is the number of lines so far (what ``lines_read`` reports), ``stats.long_lines``
+    the over-long lines cut, ``stats.bytes`` the bytes fed. After `end` the next byte starts a new
+    line and the numbering goes on (``watch -f`` after a truncation or rotation).
+    """
+
+    def __init__(self, prefilter: "re.Pattern[bytes] | None" = None):
+        self.scan = ChunkScanner(prefilter) if prefilter is not None else None
+        self.stats = LineStats()
+        self._carry = b""  # the kept start of the unfinished line (at most MAX_LINE_BYTES)
+        self._skipping = False  # the unfinished line was cut: its tail is being dropped
+        self._open = False  # bytes of an unfinished line were fed (kept or dropped)
+
+    @property
+    def pending(self) -> bool:
+        """An unfinished line is waiting for its newline."""
+        return self._open
+
+    def feed(self, data: bytes) -> list[Line]:
+        """The lines completed by ``data`` (candidate lines only, with a prefilter)."""
+        if not data:
+            return []
+        self.stats.bytes += len(data)
+        if self._skipping:
+            nl = data.find(b"\n")
+            if nl < 0:
+                return []
+            data = data[nl:]  # keep the newline so the cut line still ends
+            self._skipping = False
+        buf = self._carry + data if self._carry else data
+        cut = buf.rfind(b"\n")
+        if cut < 0:
+            self._keep(buf)
+            return []
+        rest = buf[cut + 1:]
+        out = self._lines(buf if cut + 1 == len(buf) else buf[: cut + 1])
+        self._carry = b""
+        self._open = False
+        if rest:
+            self._keep(rest)
+        return out
+
+    def end(self) -> list[Line]:
+        """End of input: the unfinished line (its kept part, if it was cut), flagged ``unterminated``."""
+        if not self._open:
+            return []
+        carry, self._carry = self._carry, b""
+        self._skipping = self._open = False
+        return self._lines(carry, terminated=False)
+
+    def _keep(self, buf: bytes) -> None:
+        self._open = True
+        if len(buf) > MAX_LINE_BYTES:
+            buf = buf[:MAX_LINE_BYTES]
+            self._skipping = True
+            self.stats.long_lines += 1
+        self._carry = buf
+
+    def _lines(self, chunk: bytes, terminated: bool = True) -> list[Line]:
+        """Lines of ``chunk``: whole lines ending in ``\\n``, or (``terminated=False``) one last line without."""
+        st = self.stats
+        number = st.lines
+        out: list[Line] = []
+        if self.scan is None:
+            parts = chunk.split(b"\n")
+            if terminated:
+                parts.pop()  # the empty piece after the last newline
+            for part in parts:
+                number += 1
+                if len(part) > MAX_LINE_BYTES:
+                    part = part[:MAX_LINE_BYTES]
+                    st.long_lines += 1
+                out.append(make_line(number, part))
+        else:
+            found, newlines = self.scan(chunk)
+            for before, start, end in found:
+                part = chunk[start:end]
+                if len(part) > MAX_LINE_BYTES:
+                    part = part[:MAX_LINE_BYTES]
+                    st.long_lines += 1
+                out.append(make_line(number + before + 1, part))
+            number += newlines + (0 if terminated else 1)
+        if not terminated and out and out[-1].number == number:
+            out[-1].unterminated = True
+        st.lines = number
+        return out
