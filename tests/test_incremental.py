@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from conftest import SAMPLE_LOGS_DIR
 from kvlogdiag.input import incremental, reader
-from kvlogdiag.input.incremental import LineSplitter
+from kvlogdiag.input.incremental import LineSplitter, StreamLines
 from kvlogdiag.pipeline import prefilter
 
 TP4 = (SAMPLE_LOGS_DIR / "v1_tp4_workers.log").read_bytes()
@@ -100,3 +100,39 @@ def test_prefilter_skips_lines_but_counts_them():
     assert [ln.number for ln in got] == [4]
     assert "Available KV cache memory" in got[0].text and got[0].rank == "Worker_TP2"
     assert sp.stats.lines == 5
+
+
+def analyzer_lines(data: bytes) -> list:
+    """The lines `Analyzer.read` feeds for ``data`` (hard-wrap detection, prefilter)."""
+    fh = io.BufferedReader(io.BytesIO(data), reader.CHUNK_BYTES)
+    width = reader.detect_hard_wrap(fh)
+    if width:
+        return list(reader.unwrap_lines(reader.iter_lines(fh, "<test>", None), width))
+    return list(reader.iter_lines(fh, "<test>", prefilter()))
+
+
+WRAPPED = [SAMPLE_LOGS_DIR.parent / "tests" / "data" / "heldout" / n for n in ("k01.log", "k02.log")]
+
+
+@pytest.mark.parametrize("path", WRAPPED + [SAMPLE_LOGS_DIR / "v1_tp4_workers.log"], ids=lambda p: p.name)
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(cuts=st.lists(st.integers(min_value=0, max_value=60_000), max_size=40))
+def test_stream_lines_are_the_analyzers_lines_for_hard_wrapped_pastes_too(path, cuts):
+    data = path.read_bytes()
+    sl = StreamLines(prefilter())
+    got = []
+    prev = 0
+    for c in sorted(set(c for c in cuts if c <= len(data))) + [len(data)]:
+        got += sl.feed(data[prev:c])
+        prev = c
+    got += sl.end()
+    assert got == analyzer_lines(data)
+    assert sl.stats.lines == data.count(b"\n") + (not data.endswith(b"\n"))
+
+
+def test_stream_lines_judge_the_head_when_told_the_input_went_quiet():
+    sl = StreamLines(prefilter())
+    assert sl.feed(TP4[:5000]) == []  # buffered: the head is not judged yet
+    got = sl.settle()
+    assert got and got[-1].number <= TP4[:5000].count(b"\n") and sl.wrap_width is None
+    assert sl.feed(b"") == []

@@ -15,17 +15,22 @@ exactly the lines `kvlogdiag.input.reader.iter_lines` yields for the same bytes 
   extractor does not read it), and only `LineSplitter.end` yields it — never a piece of a line that
   is still being written.
 
-Hard-wrapped pastes (`reader.unwrap_lines`) are recognised from the head of a file only; a live
-stream is not unwrapped.
+`StreamLines` adds what `kvlogdiag.pipeline.Analyzer.read` does around the reader: a hard-wrapped
+paste (`reader.detect_hard_wrap`) is judged from the head of the stream — its first ``CHUNK_BYTES``,
+or less when the input ends (or the caller says it went quiet) first — and its rows are rejoined as
+`reader.unwrap_lines` rejoins them.
 """
 
 from __future__ import annotations
 
+import io
 import re
 
-from kvlogdiag.input.reader import MAX_LINE_BYTES, ChunkScanner, Line, LineStats, make_line
+from kvlogdiag.input.reader import (
+    _LINE_START, CHUNK_BYTES, MAX_LINE_BYTES, WRAP_SLACK, ChunkScanner, Line, LineStats, detect_hard_wrap, make_line,
+)
 
-__all__ = ["LineSplitter"]
+__all__ = ["LineSplitter", "StreamLines", "Unwrapper"]
 
 
 class LineSplitter:
@@ -115,4 +120,84 @@ class LineSplitter:
         if not terminated and out and out[-1].number == number:
             out[-1].unterminated = True
         st.lines = number
+        return out
+
+
+class Unwrapper:
+    """`reader.unwrap_lines` one row at a time: a row is released when the next one shows it is complete."""
+
+    def __init__(self, width: int):
+        self.width = width
+        self.held: Line | None = None
+
+    def feed(self, line: Line) -> list[Line]:
+        held = self.held
+        if held is not None and len(held.raw) >= self.width - WRAP_SLACK and not _LINE_START.match(line.raw):
+            self.held = Line(held.number, held.text + line.raw, held.rank, held.raw + line.raw, held.meta,
+                             line.unterminated)
+            return []
+        self.held = line
+        return [held] if held is not None else []
+
+    def end(self) -> list[Line]:
+        held, self.held = self.held, None
+        return [held] if held is not None else []
+
+
+class StreamLines:
+    """The lines ``analyze`` reads from the same bytes, for a stream that arrives in pieces.
+
+    Until the head is judged (`CHUNK_BYTES` buffered, `settle`, or `end`) bytes are only buffered;
+    then a hard-wrapped paste is split without the prefilter and rejoined, anything else is split with
+    ``prefilter`` (None: every line). ``stats`` counts lines as the reader does.
+    """
+
+    def __init__(self, prefilter: "re.Pattern[bytes] | None"):
+        self.prefilter = prefilter
+        self.head: list[bytes] | None = []
+        self.head_bytes = 0
+        self.wrap_width: int | None = None
+        self.splitter: LineSplitter | None = None
+        self.unwrap: Unwrapper | None = None
+        self._stats = LineStats()  # until the head is judged
+
+    @property
+    def stats(self) -> LineStats:
+        return self.splitter.stats if self.splitter is not None else self._stats
+
+    def feed(self, data: bytes) -> list[Line]:
+        if self.head is not None:
+            self.head.append(data)
+            self.head_bytes += len(data)
+            self._stats.bytes += len(data)
+            return self.settle() if self.head_bytes >= CHUNK_BYTES else []
+        return self._rows(self.splitter.feed(data))  # type: ignore[union-attr]
+
+    def settle(self) -> list[Line]:
+        """Judge the head now (the input went quiet): the lines buffered so far."""
+        if self.head is None:
+            return []
+        head, self.head = b"".join(self.head), None
+        fh = io.BufferedReader(io.BytesIO(head), CHUNK_BYTES)  # type: ignore[arg-type]
+        self.wrap_width = detect_hard_wrap(fh) if head else None
+        if self.wrap_width:
+            self.splitter, self.unwrap = LineSplitter(None), Unwrapper(self.wrap_width)
+        else:
+            self.splitter = LineSplitter(self.prefilter)
+        return self._rows(self.splitter.feed(head))
+
+    def end(self) -> list[Line]:
+        """End of input (or of one followed file): every line left, the last one ``unterminated``."""
+        out = self.settle()
+        out += self._rows(self.splitter.end())  # type: ignore[union-attr]
+        if self.unwrap is not None:
+            out += self.unwrap.end()
+        return out
+
+    def _rows(self, lines: list[Line]) -> list[Line]:
+        if self.unwrap is None:
+            return lines
+        out: list[Line] = []
+        for ln in lines:
+            out += self.unwrap.feed(ln)
         return out
