@@ -137,11 +137,15 @@ def test_runs_pair_within_their_run(analyze_text):
         (EngineCore_DP0 pid=2) INFO 09-01 11:00:01 [kv_cache_utils.py:864] GPU KV cache size: 200,000 tokens
         """)
     assert a["runs"] == 2
-    assert sorted((r["run"], r["available_gib"], r["tokens"]) for r in a["kv_cache"]["bytes_per_token_by_rank"]) == [
-        (0, 10.0, 100000), (1, 20.0, 200000)]
+    # each run pairs its own lines; the top level is the current (last) run, every run is in all_runs
+    assert [(r["run"], r["available_gib"], r["tokens"]) for r in a["kv_cache"]["bytes_per_token_by_rank"]] == [
+        (1, 20.0, 200000)]
+    assert [[(r["run"], r["available_gib"], r["tokens"]) for r in x["kv_cache"]["bytes_per_token_by_rank"]]
+            for x in a["all_runs"]] == [[(1, 20.0, 200000)], [(0, 10.0, 100000)]]
     assert a["kv_cache"]["bytes_per_token"] == approx(107374.1824)
     assert a["kv_cache"]["ranks_disagree"] is False
-    assert a["config"]["max_model_len"] == 4096  # same in both runs: no conflict
+    assert a["kv_cache"]["tokens"] == [100000, 200000]  # the input's KV lines, every run, in log order
+    assert a["config"]["max_model_len"] == 4096
     assert a["config"]["conflicts"] == {}
 
 
@@ -375,7 +379,7 @@ def test_args_max_model_len_when_no_engine_line(analyze_text):
     assert a["config"]["model"] == "m"
 
 
-def test_two_runs_with_different_max_model_len_give_null(analyze_text):
+def test_two_runs_with_different_max_model_len_keep_their_own(analyze_text):
     a = analyze_text(f"""
         {engine_line(max_seq_len=4096)}
         (EngineCore_DP0 pid=1) INFO 09-01 10:00:00 [gpu_worker.py:298] Available KV cache memory: 10.0 GiB
@@ -385,9 +389,11 @@ def test_two_runs_with_different_max_model_len_give_null(analyze_text):
         (EngineCore_DP0 pid=2) INFO 09-01 11:00:01 [kv_cache_utils.py:864] GPU KV cache size: 100,000 tokens
         """)
     assert a["runs"] == 2
-    assert a["config"]["max_model_len"] is None
-    assert a["config"]["conflicts"] == {"max_model_len": [4096, 8192]}
-    assert a["config"]["tensor_parallel_size"] == 4  # same in both runs
+    # two starts with different lengths are two runs, each with its own value (no conflict inside a run)
+    assert a["config"]["max_model_len"] == 8192
+    assert a["config"]["conflicts"] == {}
+    assert [x["config"]["max_model_len"] for x in a["all_runs"]] == [8192, 4096]
+    assert a["config"]["tensor_parallel_size"] == 4
 
 
 def test_block_size_line_beats_args(analyze_text):

@@ -34,7 +34,7 @@ def wrap(text: str, width: int) -> str:
 
 
 def analyse(text: str) -> dict:
-    return Analyzer().analyze_stream(io.BufferedReader(io.BytesIO(text.encode())), "x")
+    return Analyzer().analyze_stream(io.BufferedReader(io.BytesIO(text.encode())), "x").to_json()
 
 
 def test_wrapped_paste_is_rejoined():

@@ -73,7 +73,9 @@ def analyzer() -> Analyzer:
 
 
 def analyze_bytes(data: bytes) -> dict:
-    return analyzer().analyze_stream(io.BytesIO(data), "x")
+    """The JSON form of the current run; ``_runs`` keeps the typed runs for the renderers."""
+    result = analyzer().analyze_stream(io.BytesIO(data), "x")
+    return dict(result.to_json(), _runs=result.runs)
 
 
 def expected_lines(data: bytes) -> int:
@@ -86,7 +88,10 @@ def assert_sane(a: dict, check_words: bool = True) -> None:
     kv = a["kv_cache"]
     bpt = kv["bytes_per_token"]
     assert bpt is None or (math.isfinite(bpt) and MIN_PLAUSIBLE_BPT <= bpt <= MAX_PLAUSIBLE_BPT), bpt
-    text, md = render_text([a]), render_markdown([a])
+    runs = a["_runs"] if "_runs" in a else None
+    if runs is None:
+        return
+    text, md = render_text(runs), render_markdown(runs)
     if check_words:
         for out in (text, md):
             m = NONSENSE.search(out)
@@ -437,7 +442,7 @@ an.analyze_source(tp4)  # warm-up: everything imported and compiled
 reset = reset_peak()  # measure the peak of this analysis alone, from the RSS it starts with
 before = rss_kib()
 t0 = time.perf_counter()
-a = an.analyze_source(path)
+a = an.analyze_source(path).to_json()
 dt = time.perf_counter() - t0
 after = peak_kib()
 print(json.dumps({"before_kib": before, "after_kib": after, "peak_reset": reset, "seconds": dt, "lines_read": a["lines_read"],
@@ -623,7 +628,7 @@ from kvlogdiag.pipeline import Analyzer
 """ + _MEM_HELPERS + r"""
 an = Analyzer(); an.analyze_source(sys.argv[2])
 reset = reset_peak(); before = rss_kib()
-t0 = time.perf_counter(); a = an.analyze_source(sys.argv[1]); dt = time.perf_counter() - t0
+t0 = time.perf_counter(); a = an.analyze_source(sys.argv[1]).to_json(); dt = time.perf_counter() - t0
 print(json.dumps({"before_kib": before, "after_kib": peak_kib(), "peak_reset": reset,
                   "seconds": dt, "lines_read": a["lines_read"]}))
 """

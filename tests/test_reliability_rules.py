@@ -49,7 +49,7 @@ def _baseline_bpt(log: bytes) -> float:
     from kvlogdiag.pipeline import Analyzer
     from kvlogdiag.rules.engine import RuleSet
 
-    bpt = Analyzer(rules=RuleSet([])).analyze_stream(io.BytesIO(log), "baseline")["kv_cache"]["bytes_per_token"]
+    bpt = Analyzer(rules=RuleSet([])).analyze_stream(io.BytesIO(log), "baseline").to_json()["kv_cache"]["bytes_per_token"]
     assert bpt is not None and 80_000 < bpt < 83_000  # Llama-3.1-70B TP4: ~80 KiB per token per rank
     return bpt
 
@@ -70,6 +70,8 @@ BACKTRACK_LOG = SAMPLE_BYTES.replace(b"meta-llama/Llama-3.1-70B-Instruct", b"a" 
 CATASTROPHIC_LOG = SAMPLE_BYTES + b"a" * 50_000 + b"!\n"
 
 _COL = r"at column \d+"
+# "did not hang", not "was fast": the bound holds on a loaded 2-core machine; a hang would never end
+HANG_S = 120
 
 
 def _xf(reason: str):
@@ -184,7 +186,7 @@ def test_hostile_rule_file(stem, tmp_path):
     d, target = _rules_dir(tmp_path, stem, canary=kind != "refused")
     r, elapsed = _run(["analyze", "--rules", str(d), "--format", "json"], log or SAMPLE_BYTES, tmp_path)
     _no_traceback(r)
-    assert elapsed < 10, f"took {elapsed:.1f} s"
+    assert elapsed < HANG_S, f"took {elapsed:.1f} s"
     if kind == "refused":
         assert r.exit_code == 2, r.output
         assert r.stdout == ""
@@ -204,8 +206,6 @@ def test_hostile_rule_file(stem, tmp_path):
     assert a["kv_cache"]["bytes_per_token"] == pytest.approx(_baseline_bpt(log or SAMPLE_BYTES), rel=1e-12)
     assert "CAN001" in [f["rule"] for f in a["findings"]]
     assert r.exit_code == 1  # the canary is an error finding: same exit as without the hostile rule
-    if kind == "timeout":
-        assert elapsed < 5
     # with --strict-rules the same failure is fatal
     r2, _ = _run(["analyze", "--rules", str(d), "--strict-rules", "--format", "json"], log or SAMPLE_BYTES, tmp_path)
     _no_traceback(r2)
@@ -234,67 +234,73 @@ def test_catastrophic_line_regex_names_the_line_and_analysis_completes(tmp_path)
     long_line = CATASTROPHIC_LOG.count(b"\n")
     assert f"stopped at line {long_line}" in r.stderr
     assert r.stderr.count("rule error") == 1  # the pattern is dropped after its first timeout
+    assert "HST012" in r.stderr and "incomplete" in r.stderr
     a = json.loads(r.stdout)["analyses"][0]
     assert a["lines_read"] == long_line
-    assert elapsed < 5
+    assert "HST012" not in [f["rule"] for f in a["findings"]]
+    assert elapsed < HANG_S  # the hang guard stopped it (without it '(a+)+$' on 50,000 'a's never ends)
 
 
-def _slow_line_for(pattern: str, target_s: float) -> tuple[bytes, float]:
-    """A short line on which ``pattern`` needs about ``target_s`` (below the 0.25 s timeout)."""
-    from kvlogdiag.rules.condition import regex_search
+def _count_rule(code: str, pattern: str, at_least: int):
+    from kvlogdiag.rules.engine import load_rule
 
-    n = 18
-    while True:
-        line = "a" * n + "!"
-        t0 = time.perf_counter()
-        regex_search(pattern, line, timeout=5)
-        dt = time.perf_counter() - t0
-        if dt >= target_s or n > 40:
-            return line.encode(), dt
-        n += 1
+    return load_rule(f"X/{code}-count-lines.toml", CANARY.replace("CAN001", code).replace('"canary"', '"count-lines"')
+                     .replace('condition = "defined(model) and defined(bytes_per_token)"',
+                              f"condition = \"count('{pattern}') >= {at_least}\""))
 
 
-def test_regex_just_under_the_timeout_is_stopped_by_a_total_budget(tmp_path):
-    """A line regex that needs ~0.1 s per line (under the 0.25 s per-line timeout) on every line: without a
-    total budget N lines cost N x 0.1 s. (Found by this test; analysis.LineMatcher now has a budget.)"""
-    from kvlogdiag import pipeline as analysis
-
-    budget = getattr(analysis, "LINE_REGEX_BUDGET_S", None)
-    pattern = "(a|aa)+$"
-    line, per_line = _slow_line_for(pattern, 0.08)
-    unbounded = 3.0 * (budget or 1.0)  # what the lines would cost without a budget
-    n = max(10, min(120, int(unbounded / max(per_line, 0.01))))
-    d = tmp_path / "rules"
-    d.mkdir()
-    (d / "HST100-slow-line-regex.toml").write_text(
-        CANARY.replace("CAN001", "HST100").replace('"canary"', '"slow-line-regex"')
-        .replace('condition = "defined(model) and defined(bytes_per_token)"', f"condition = \"any_line('{pattern}')\""))
-    r, elapsed = _run(["analyze", "--rules", str(d), "--format", "json", "--fail-on", "never"],
-                      SAMPLE_BYTES + (line + b"\n") * n, tmp_path)
-    _no_traceback(r)
-    assert budget is not None, "analysis.LINE_REGEX_BUDGET_S: no total budget for line regexes"
-    assert elapsed < budget + 0.5 * unbounded, f"{n} lines x {per_line:.3f} s: the analysis took {elapsed:.1f} s"
-    assert "time budget" in r.stderr
-
-
-def test_cheap_line_regex_is_never_dropped_by_the_budget(monkeypatch):
-    """Scaled down 10x: budget 0.2 s, 300,000 short lines, 'OOM' on the last one."""
+def test_line_regex_counts_do_not_depend_on_the_clock(monkeypatch):
+    """Replaces a wall-clock budget test that failed 4 times in 5 under load. With a clock that jumps a
+    second per reading (a very busy host), every line is still counted: no budget cuts a count short."""
     import io
+    import itertools
 
-    from kvlogdiag import pipeline as analysis
+    from kvlogdiag import pipeline
     from kvlogdiag.pipeline import Analyzer
-    from kvlogdiag.rules.engine import RuleSet, load_rule
+    from kvlogdiag.rules.engine import RuleSet
 
-    if not hasattr(analysis, "LINE_REGEX_BUDGET_S"):
-        pytest.skip("no line-regex budget")
-    monkeypatch.setattr(analysis, "LINE_REGEX_BUDGET_S", 0.2)
-    rule = load_rule("X/HST102-count-oom.toml", CANARY.replace("CAN001", "HST102").replace('"canary"', '"count-oom"')
-                     .replace('condition = "defined(model) and defined(bytes_per_token)"', "condition = \"count('OOM') > 0\""))
-    an = Analyzer(rules=RuleSet([rule]))
-    data = b"INFO 07-03 14:19:40 [x.py:1] ok\n" * 300_000 + b"ERROR 07-03 14:19:41 [x.py:1] CUDA OOM\n"
-    a = an.analyze_stream(io.BytesIO(data), "long.log")
+    ticks = itertools.count()
+    monkeypatch.setattr(time, "perf_counter", lambda: float(next(ticks)))
+    monkeypatch.setattr(time, "monotonic", lambda: float(next(ticks)))
+    an = Analyzer(rules=RuleSet([_count_rule("HST102", "OOM", 3_000)]))
+    data = b"ERROR 07-03 14:19:41 [x.py:1] CUDA OOM\n" * 3_000
+    a = an.analyze_stream(io.BytesIO(data), "long.log").to_json()
     assert [e.message for e in an.rule_errors] == []
     assert [f["rule"] for f in a["findings"]] == ["HST102"]
+    assert not hasattr(pipeline, "LINE_REGEX_BUDGET_S")
+
+
+def test_line_regex_timeout_is_a_rule_error_never_a_short_count(monkeypatch):
+    """The hang guard tripping (simulated at line 3, deterministically) stops the pattern: the rule that counts
+    it reports a rule error naming the pattern and the line, instead of a finding from a partial count."""
+    import io
+
+    from kvlogdiag import pipeline
+    from kvlogdiag.pipeline import Analyzer
+    from kvlogdiag.rules.condition import EvaluationError
+    from kvlogdiag.rules.engine import RuleLoadError, RuleSet
+
+    real = pipeline.regex_search
+
+    def search(pattern, text, timeout):
+        if pattern == "OOM" and "line three" in text:
+            raise EvaluationError(f"regex timed out after {timeout} s: {pattern!r}")
+        return real(pattern, text, timeout)
+
+    monkeypatch.setattr(pipeline, "regex_search", search)
+    data = b"x OOM\ny OOM\nline three OOM\nz OOM\n"
+    for strict in (False, True):
+        from kvlogdiag.rules.context import Options
+
+        an = Analyzer(Options(strict_rules=strict), rules=RuleSet([_count_rule("HST103", "OOM", 2)]))
+        if strict:
+            with pytest.raises(RuleLoadError, match="HST103"):
+                an.analyze_stream(io.BytesIO(data), "t.log")
+            continue
+        a = an.analyze_stream(io.BytesIO(data), "t.log").to_json()
+        assert a["findings"] == []  # 2 lines matched before the stop: no finding from the partial count
+        [err] = [e.message for e in an.rule_errors]
+        assert "HST103" in err and "'OOM'" in err and "stopped at line 3" in err and "timed out" in err, err
 
 
 def test_rules_and_explain_commands_refuse_the_same_files(tmp_path):
@@ -381,7 +387,7 @@ def test_eval_error_in_several_inputs_reported_per_input(tmp_path):
     assert r.exit_code == 1
 
 
-def test_param_of_wrong_type_in_config_is_an_eval_error_not_a_crash(tmp_path):
+def test_param_of_wrong_type_in_config_is_a_usage_error_not_a_crash(tmp_path):
     d = tmp_path / "rules"
     d.mkdir()
     (d / "HST101-param-type.toml").write_text(
@@ -392,8 +398,9 @@ def test_param_of_wrong_type_in_config_is_an_eval_error_not_a_crash(tmp_path):
     cfg.write_text('[params.HST101]\nlimit = "a lot"\n')
     r, _ = _run(["analyze", "--config", str(cfg), "--rules", str(d), "--format", "json"], SAMPLE_BYTES, tmp_path)
     _no_traceback(r)
-    assert r.exit_code == 0
-    assert "HST101" in r.stderr and "cannot compare number > string" in r.stderr
+    # the type is checked against the rule's default when the config is read: a usage error, before any log is read
+    assert r.exit_code == 2
+    assert "HST101" in r.stderr and "'limit' must be a number" in r.stderr and "kvlogdiag.toml:2" in r.stderr
 
 
 # --- kvlogdiag.toml --------------------------------------------------------------------------------

@@ -238,7 +238,7 @@ def test_state_rescan_reads_only_new_or_changed_files(tmp_path):
     state = json.loads(st.read_text())
     assert len(state["files"]) == 12
     rec = state["files"][str(files[0].resolve())]
-    assert {"size", "mtime_ns", "head", "row"} <= set(rec)
+    assert {"size", "mtime_ns", "head", "rows"} <= set(rec)
 
     r2 = run_scan(["arch", "--state", "state.json", "-o", "r2.json", "--no-progress"], tmp_path)
     assert _state_counts(r2.stderr) == (0, 12, 0)

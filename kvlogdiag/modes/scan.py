@@ -1,10 +1,10 @@
-"""``kvlogdiag scan PATH...``: an archive of logs → one row per input file.
+"""``kvlogdiag scan PATH...``: an archive of logs → one row per server start (run) of each input file.
 
 * Paths are files, directories (walked recursively, symlinks followed, loops cut by a visited set
   of (st_dev, st_ino)) or glob patterns. Files found *inside directories* are kept when their name
   matches an ``--include`` glob (default `DEFAULT_INCLUDE`) and no ``--exclude`` glob; files named
   on the command line (or matched by a glob argument) are always kept unless excluded.
-* Every file found becomes exactly one row. A file that cannot be read (permission, corrupt or
+* Every file found becomes one row per server start (a file with no start at all is one row). A file that cannot be read (permission, corrupt or
   truncated compression, over ``--max-bytes``, not a regular file, broken symlink) is a row with
   ``error`` set; the scan goes on.
 * Files are analysed in parallel (``-j``, processes, chunks of files per task); each worker builds
@@ -24,22 +24,24 @@ from typing import Any, Iterable
 import click
 
 from kvlogdiag.derive.figures import as_float
+from kvlogdiag.errors import KvlogdiagError
 from kvlogdiag.input.reader import DEFAULT_MAX_BYTES
+from kvlogdiag.result import Analysis, Severity
 
 DEFAULT_INCLUDE = ("*.log*", "*.out*", "*.txt*", "*.gz", "*.zst", "*.xz", "*.bz2")
 HEAD_BYTES = 64 << 10
 STATE_FORMAT = "kvlogdiag-scan-state"
 STATE_VERSION = 1
-ROW_SCHEMA = 1  # bump when the row columns change: old state rows are then re-computed
+ROW_SCHEMA = 2  # bump when the row columns change: old state rows are then re-computed
 CHECKPOINT_S = 10.0  # --state: write progress this often during a long scan
 
 COLUMNS = (
-    "source", "host", "pod", "runs", "lines_read", "vllm_version", "engine", "platform", "model",
+    "source", "host", "pod", "runs", "run", "run_first_line", "run_last_line", "lines_read", "vllm_version", "engine", "platform", "model",
     "tp", "pp", "dp", "max_model_len", "block_size", "gpu_memory_utilization", "kv_cache_dtype",
     "available_gib_min", "tokens_min", "bytes_per_token", "max_concurrency_min", "error_kinds",
     "n_error", "n_warning", "n_info", "findings", "error",
 )
-INT_COLUMNS = ("runs", "lines_read", "tp", "pp", "dp", "max_model_len", "block_size", "tokens_min",
+INT_COLUMNS = ("runs", "run", "run_first_line", "run_last_line", "lines_read", "tp", "pp", "dp", "max_model_len", "block_size", "tokens_min",
                "n_error", "n_warning", "n_info")
 FLOAT_COLUMNS = ("gpu_memory_utilization", "available_gib_min", "bytes_per_token", "max_concurrency_min")
 OUTPUT_FORMATS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".json": "json", ".jsonl": "jsonl",
@@ -304,6 +306,12 @@ def envelope_host(path: str, max_bytes: int) -> str | None:
     return None
 
 
+def fail_exit_rows(rows: list[dict], fail_on: str) -> int:
+    """1 (findings) when a row counts a finding at or above ``fail_on``, else 0."""
+    limit = Severity.threshold(fail_on)
+    return int(any((r.get(f"n_{s.label}") or 0) > 0 for r in rows for s in Severity if s >= limit))
+
+
 def empty_row(source: str, error: str | None = None) -> dict[str, Any]:
     row: dict[str, Any] = {c: None for c in COLUMNS}
     row["source"] = source
@@ -313,33 +321,31 @@ def empty_row(source: str, error: str | None = None) -> dict[str, Any]:
     return row
 
 
-def row_from_analysis(source: str, a: dict) -> dict[str, Any]:
-    """The flat row of one analysis (JSON-safe values only)."""
+def row_from_analysis(source: str, a: Analysis) -> dict[str, Any]:
+    """The flat row of one run's analysis (JSON-safe values only)."""
     row = empty_row(source)
-    v, c, kv, e = a["vllm"], a["config"], a["kv_cache"], a["errors"]
-    mem = [x for x in kv["available_gib"] if x is not None] or [b["gib"] for b in kv["kv_budget"] if b.get("gib") is not None]
-    conc = [m["concurrency"] for m in kv["max_concurrency"] if m.get("concurrency") is not None]
+    v, c, kv, e = a.vllm, a.config, a.kv_cache, a.errors
+    mem = [x for x in kv.available_gib if x is not None] or [b["gib"] for b in kv.kv_budget if b.get("gib") is not None]
+    conc = [m["concurrency"] for m in kv.max_concurrency if m.get("concurrency") is not None]
     kinds = [k for k, on in (("insufficient_kv", bool(e.get("insufficient_kv"))), ("no_available_memory", bool(e.get("no_available_memory"))),
                              ("startup_failed", bool(e.get("startup_failed")))) if on]
-    fs = a.get("findings", [])
-    codes: list[str] = []
-    for f in fs:
-        if f["rule"] not in codes:
-            codes.append(f["rule"])
+    fs = a.findings
+    codes = list(dict.fromkeys(f.rule for f in fs))
     row.update({
-        "runs": a.get("runs", 1), "lines_read": a.get("lines_read"),
-        "vllm_version": v.get("version"), "engine": v.get("engine"), "platform": v.get("platform"),
+        "runs": a.run.count, "run": a.run.index + 1, "run_first_line": a.run.first_line, "run_last_line": a.run.last_line,
+        "lines_read": a.lines_read,
+        "vllm_version": v.version, "engine": v.engine, "platform": v.platform,
         "model": c.get("model"), "tp": c.get("tensor_parallel_size"), "pp": c.get("pipeline_parallel_size"),
         "dp": c.get("data_parallel_size"), "max_model_len": c.get("max_model_len"), "block_size": c.get("block_size"),
         "gpu_memory_utilization": as_float(c.get("gpu_memory_utilization")), "kv_cache_dtype": c.get("kv_cache_dtype"),
         "available_gib_min": as_float(min(mem)) if mem else None,
-        "tokens_min": min(kv["tokens"]) if kv["tokens"] else None,
-        "bytes_per_token": as_float(kv.get("bytes_per_token")),
+        "tokens_min": min(kv.tokens) if kv.tokens else None,
+        "bytes_per_token": as_float(kv.bytes_per_token),
         "max_concurrency_min": as_float(min(conc)) if conc else None,
         "error_kinds": ",".join(kinds) or None,
-        "n_error": sum(1 for f in fs if f["severity"] == "error"),
-        "n_warning": sum(1 for f in fs if f["severity"] == "warning"),
-        "n_info": sum(1 for f in fs if f["severity"] == "info"),
+        "n_error": sum(1 for f in fs if f.severity == Severity.ERROR),
+        "n_warning": sum(1 for f in fs if f.severity == Severity.WARNING),
+        "n_info": sum(1 for f in fs if f.severity == Severity.INFO),
         "findings": ",".join(codes) or None,
         "error": None,
     })
@@ -362,8 +368,8 @@ def _init_worker(options, max_bytes: int) -> None:
     _WORKER["max_bytes"] = max_bytes
 
 
-def analyze_file(analyzer, source: str, path: str, max_bytes: int) -> dict[str, Any]:
-    """One file → one row; never raises for a bad input (the row's ``error`` says why)."""
+def analyze_file(analyzer, source: str, path: str, max_bytes: int) -> list[dict[str, Any]]:
+    """One file → one row per run; never raises for a bad input (one row whose ``error`` says why)."""
     from kvlogdiag.input.reader import InputError
     from kvlogdiag.rules.engine import RuleLoadError
 
@@ -373,20 +379,23 @@ def analyze_file(analyzer, source: str, path: str, max_bytes: int) -> dict[str, 
         msg = str(exc)
         if msg.startswith(path + ": "):
             msg = msg[len(path) + 2:]
-        return empty_row(source, msg)
+        return [empty_row(source, msg)]
     except RuleLoadError as exc:  # --strict-rules
-        return empty_row(source, f"rule error: {exc}")
+        return [empty_row(source, f"rule error: {exc}")]
     except MemoryError:
-        return empty_row(source, "out of memory while reading")
+        return [empty_row(source, "out of memory while reading")]
     except Exception as exc:  # noqa: BLE001 - one bad file must not stop an archive scan
-        return empty_row(source, f"internal error: {type(exc).__name__}: {exc}")
-    row = row_from_analysis(source, a)
-    if row["host"] is None:
-        row["host"] = envelope_host(path, max_bytes)
-    return row
+        return [empty_row(source, f"internal error: {type(exc).__name__}: {exc}")]
+    rows = [row_from_analysis(source, run) for run in a.runs]
+    host = None
+    for row in rows:
+        if row["host"] is None:
+            host = host or envelope_host(path, max_bytes)
+            row["host"] = host
+    return rows
 
 
-def _work(batch: list[tuple[str, str]]) -> tuple[list[dict], list[str]]:
+def _work(batch: list[tuple[str, str]]) -> tuple[list[list[dict]], list[str]]:
     analyzer = _WORKER["analyzer"]
     rows = [analyze_file(analyzer, src, path, _WORKER["max_bytes"]) for src, path in batch]
     errors = [e.message for e in analyzer.rule_errors]
@@ -423,7 +432,7 @@ def fingerprint(analyzer, max_bytes: int) -> str:
     return h.hexdigest()
 
 
-class StateError(Exception):
+class StateError(KvlogdiagError):
     pass
 
 
@@ -632,7 +641,7 @@ def _default_jobs() -> int:
 @click.option("--progress/--no-progress", default=None, help="Progress bar [default: when stderr is a terminal].")
 def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, ...], jobs: int | None,
          output: str | None, state_path: str | None, max_bytes: int, fmt_out: str, progress: bool | None, **kw: Any) -> None:
-    """Scan an archive of logs (folders, globs, compressed files): one row per file, summaries, --output.
+    """Scan an archive of logs (folders, globs, compressed files): one row per server start of each file, summaries, --output.
 
     \b
     kvlogdiag scan /var/log/vllm/ -o runs.parquet
@@ -643,7 +652,7 @@ def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, .
     """
     import time
 
-    from kvlogdiag.cli.main import ExitCode, build_analyzer, err, fail_exit
+    from kvlogdiag.cli.main import ExitCode, build_analyzer, err
 
     t0 = time.monotonic()
     fmt = None
@@ -680,23 +689,22 @@ def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, .
     entries = finder.entries
 
     # what must be read, what comes from the state
-    rows: dict[str, dict] = {}  # abspath → row
+    rows: dict[str, list[dict]] = {}  # abspath → its rows (one per run)
     todo: list[Entry] = []
     cached = 0
     old_files = (state or {}).get("files", {})
     same_fp = state is not None and state.get("fingerprint") == fp
     for e in entries:
         if e.error is not None:
-            rows[e.abspath] = empty_row(e.source, e.error)
+            rows[e.abspath] = [empty_row(e.source, e.error)]
             continue
         if state is not None:
             e.head = head_hash(e.abspath)
             prev = old_files.get(e.abspath)
             if (same_fp and prev and e.head is not None and prev.get("size") == e.size and prev.get("mtime_ns") == e.mtime_ns
-                    and prev.get("head") == e.head and isinstance(prev.get("row"), dict)):
-                row = dict(prev["row"])
-                row["source"] = e.source
-                rows[e.abspath] = row
+                    and prev.get("head") == e.head and isinstance(prev.get("rows"), list)
+                    and all(isinstance(r, dict) for r in prev["rows"]) and prev["rows"]):
+                rows[e.abspath] = [dict(r, source=e.source) for r in prev["rows"]]
                 cached += 1
                 continue
         todo.append(e)
@@ -708,9 +716,9 @@ def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, .
             if path in rows and path in by_path and by_path[path].error is None:
                 new_state_files[path] = rec  # unchanged
 
-    def remember(e: Entry, row: dict) -> None:
-        if state is not None and row.get("error") is None:
-            new_state_files[e.abspath] = {"size": e.size, "mtime_ns": e.mtime_ns, "head": e.head, "row": row}
+    def remember(e: Entry, file_rows: list[dict]) -> None:
+        if state is not None and all(r.get("error") is None for r in file_rows):
+            new_state_files[e.abspath] = {"size": e.size, "mtime_ns": e.mtime_ns, "head": e.head, "rows": file_rows}
 
     def checkpoint() -> None:
         """Progress so far, merged into the previous state (nothing dropped yet): a killed scan resumes."""
@@ -733,7 +741,7 @@ def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, .
     for msg in dict.fromkeys(rule_errors):
         click.echo(f"kvlogdiag: rule error: {msg}", err=True)
 
-    ordered = [rows[e.abspath] for e in sorted(entries, key=lambda e: e.source)]
+    ordered = [row for e in sorted(entries, key=lambda e: e.source) for row in rows[e.abspath]]
     dropped = 0
     if state is not None:
         dropped = sum(1 for p in old_files if p not in by_path)
@@ -765,9 +773,7 @@ def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, .
         sys.exit(ExitCode.ERROR)
     if opts.strict_rules and rule_errors:
         sys.exit(ExitCode.ERROR)
-    pseudo = [{"findings": [{"severity": s} for s in ("error", "warning", "info") for _ in range(r.get(f"n_{s}") or 0)]}
-              for r in ordered]
-    sys.exit(fail_exit(pseudo, opts.fail_on))
+    sys.exit(fail_exit_rows(ordered, opts.fail_on))
 
 
 def _stderr_tty() -> bool:
@@ -786,11 +792,11 @@ def _run(todo: list[Entry], analyzer, max_bytes: int, njobs: int, show: bool, ro
     task = None
     last_cp = time.monotonic()
 
-    def done(batch_entries: list[Entry], batch_rows: list[dict]) -> None:
+    def done(batch_entries: list[Entry], batch_rows: list[list[dict]]) -> None:
         nonlocal last_cp
-        for e, row in zip(batch_entries, batch_rows):
-            rows[e.abspath] = row
-            remember(e, row)
+        for e, file_rows in zip(batch_entries, batch_rows):
+            rows[e.abspath] = file_rows
+            remember(e, file_rows)
         if bar is not None:
             bar.advance(task, len(batch_rows))
         if time.monotonic() - last_cp >= CHECKPOINT_S:
@@ -811,8 +817,7 @@ def _run(todo: list[Entry], analyzer, max_bytes: int, njobs: int, show: bool, ro
         if njobs <= 1 or len(todo) < 16:
             start_bar()
             for e in todo:
-                row = analyze_file(analyzer, e.source, e.abspath, max_bytes)
-                done([e], [row])
+                done([e], [analyze_file(analyzer, e.source, e.abspath, max_bytes)])
             rule_errors.extend(x.message for x in analyzer.rule_errors)
             return False
         return _run_pool(todo, analyzer, max_bytes, njobs, rule_errors, done, start_bar)
@@ -852,7 +857,7 @@ def _run_pool(todo, analyzer, max_bytes, njobs, rule_errors, done, start_bar) ->
                 try:
                     batch_rows, errs = fut.result()
                 except Exception as exc:  # noqa: BLE001 - a worker died: those files become error rows
-                    batch_rows = [empty_row(e.source, f"internal error: worker failed ({type(exc).__name__}: {exc})") for e in b]
+                    batch_rows = [[empty_row(e.source, f"internal error: worker failed ({type(exc).__name__}: {exc})")] for e in b]
                     errs = []
                 rule_errors.extend(errs)
                 done(b, batch_rows)
