@@ -13,7 +13,7 @@ from kvlogdiag.cli.main import cli, rules_markdown
 from kvlogdiag.rules.engine import load_rules
 
 ROOT = Path(__file__).resolve().parent.parent
-SAMPLES = sorted((ROOT / "sample_logs").glob("*.log"))
+SAMPLES = sorted((ROOT / "sample_logs").glob("*.log")) + sorted((ROOT / "tests" / "data" / "multirun").glob("*.log"))
 
 
 def test_rules_md_is_current():
