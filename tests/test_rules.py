@@ -21,7 +21,7 @@ def _run(rule, sample, tmp_path):
     analyzer = Analyzer(opts, rules=load_rules().selected([rule.code]))
     path = tmp_path / "sample.log"
     path.write_text(sample["log"].lstrip("\n"), encoding="utf-8")
-    analysis = analyzer.analyze_source(str(path))
+    analysis = analyzer.analyze_source(str(path)).to_json()
     assert not analyzer.rule_errors, analyzer.rule_errors
     return [f for f in analysis["findings"] if f["rule"] == rule.code]
 
@@ -46,3 +46,155 @@ def test_rule_sample(rule, index, sample, tmp_path):
 def test_every_rule_has_firing_and_quiet_samples(rule):
     assert any(s["fires"] for s in rule.samples), f"{rule.code} has no sample that fires"
     assert any(not s["fires"] for s in rule.samples), f"{rule.code} has no sample that stays quiet"
+
+
+# --- rules own their thresholds, wording and errors -----------------------------------------------
+
+import io  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from click.testing import CliRunner  # noqa: E402
+
+from kvlogdiag.rules import context as rule_context  # noqa: E402
+from kvlogdiag.rules.engine import RuleLoadError, load_rule, render_template, rule_names_used  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+_STATS = ("(APIServer pid=2231) INFO 11-20 10:00:{s:02d} [loggers.py:248] Engine 000: Avg prompt throughput: 900.0 tokens/s, "
+          "Avg generation throughput: 2001.5 tokens/s, Running: {r} reqs, Waiting: {w} reqs, GPU KV cache usage: {u}%, "
+          "Prefix cache hit rate: 31.2%")
+PEAK_85 = "\n".join(_STATS.format(s=10 * i, r=40, w=0, u=u) for i, u in enumerate(("64.0", "80.0", "85.0", "79.9"))) + "\n"
+
+
+def _analyze(text: str, codes: list[str], opts: Options | None = None):
+    analyzer = Analyzer(opts or Options(), rules=load_rules().selected(codes))
+    a = analyzer.analyze_stream(io.BytesIO(text.encode()), "t.log").to_json()
+    return a["findings"], analyzer.rule_errors
+
+
+def test_kvd013_mark_is_the_rules_parameter():
+    """[params.KVD013] high_pct = 80 used to change nothing: the extractor counted at a fixed 90 %."""
+    found, errors = _analyze(PEAK_85, ["KVD013"], Options(params={"KVD013": {"high_pct": 80}}))
+    assert errors == []
+    [f] = found
+    assert "≥ 80 % in 2 of 4 stats lines" in f["message"] and "90" not in f["message"], f["message"]
+    assert f["line"] == 2 and "last at line 3" in f["message"]
+    assert _analyze(PEAK_85, ["KVD013"])[0] == []  # the default mark (90 %) stays quiet on the same log
+
+
+def test_kvd013_counts_every_mark_from_one_histogram():
+    text = "".join(_STATS.format(s=i % 60, r=4, w=0, u=f"{u / 10:.1f}") + "\n" for i, u in enumerate(range(0, 1001)))
+    for mark, lines in ((90, 101), (99.9, 2), (100, 1), (0, 1001), (37.25, 628)):  # 37.3 … 100.0
+        found, errors = _analyze(text, ["KVD013"], Options(params={"KVD013": {"high_pct": mark, "min_lines": 1}}))
+        assert errors == []
+        assert f"in {lines:,} of 1001 stats lines" in found[0]["message"] or f"in {lines} of 1001" in found[0]["message"], (mark, found)
+
+
+def test_kvd013_parameter_of_the_wrong_type_is_a_rule_error():
+    found, errors = _analyze(PEAK_85, ["KVD013"], Options(params={"KVD013": {"high_pct": True}}))
+    assert found == [] and len(errors) == 1 and "percentage" in errors[0].message
+
+
+def test_kvd005_single_running_cause_is_the_step_budget():
+    log = ("(APIServer pid=77) INFO 10-28 18:04:01 [scheduler.py:205] Chunked prefill is enabled with max_num_batched_tokens=2048.\n"
+           + "".join(_STATS.format(s=10 * i, r=1, w=5 + i, u=f"{10 + i}.0") + "\n" for i in range(5)))
+    [f] = _analyze(log, ["KVD005"])[0]
+    assert "the step budget held the queue" in f["message"] and "KV cache had room" in f["message"]
+    assert "--long-prefill-token-threshold" in f["fix"] and "--max-num-batched-tokens" in f["fix"]
+    consumer = ("(APIServer pid=5120) INFO 11-03 22:10:19 [utils.py:233] non-default args: {'model_tag': 'Qwen/Qwen3-32B', "
+                "'kv_transfer_config': KVTransferConfig(kv_connector='NixlConnector', kv_role='kv_consumer')}\n" + log)
+    assert _analyze(consumer, ["KVD005"])[0] == []
+    assert _analyze(log, ["KVD005"], Options(role="decode"))[0] == []
+
+
+def _kvd011_log() -> str:
+    rule = next(r for r in RULES if r.code == "KVD011")
+    return rule.samples[0]["log"].lstrip("\n")
+
+
+def test_provider_failure_is_a_rule_error_not_silence(monkeypatch):
+    """A figure that fails to compute used to leave its names null (the rule silently did not fire)."""
+    mod = rule_context.builtin_providers()["KVD011"].module
+
+    def boom(*_a, **_k):
+        raise KeyError("tensor_parallel_size")
+
+    assert _analyze(_kvd011_log(), ["KVD011"])[0]  # fires without the fault
+    monkeypatch.setattr(mod, "provide", boom)
+    found, errors = _analyze(_kvd011_log(), ["KVD011", "KVD004"])
+    assert [f["rule"] for f in found if f["rule"] == "KVD011"] == []
+    [err] = errors
+    assert err.code == "KVD011" and "KVD011-bytes-per-token-mismatch.py failed: KeyError" in err.message
+    with pytest.raises(RuleLoadError, match="KVD011"):
+        _analyze(_kvd011_log(), ["KVD011"], Options(strict_rules=True))
+
+
+def test_provider_failure_is_printed_and_fatal_with_strict_rules(monkeypatch, tmp_path):
+    from kvlogdiag.cli.main import cli
+
+    monkeypatch.setattr(rule_context.builtin_providers()["KVD011"].module, "provide",
+                        lambda *a: (_ for _ in ()).throw(ZeroDivisionError("division by zero")))
+    p = tmp_path / "t.log"
+    p.write_text(_kvd011_log())
+    r = CliRunner().invoke(cli, ["analyze", "--select", "KVD011", str(p)])
+    assert "kvlogdiag: rule error: " in r.stderr and "ZeroDivisionError" in r.stderr
+    r = CliRunner().invoke(cli, ["analyze", "--select", "KVD011", "--strict-rules", str(p)])
+    assert r.exit_code == 2 and "KVD011" in r.stderr
+
+
+def test_generic_figure_failure_is_a_rule_error_of_the_rules_that_use_it(monkeypatch):
+    def broken_runtime(b):
+        b.put("stats_lines", 1)
+        raise AttributeError("'StatsSummary' object has no attribute 'kv_usage_max'")
+
+    monkeypatch.setitem(rule_context._FILLERS, "runtime", broken_runtime)
+    log = ("(APIServer pid=1) INFO 09-26 07:52:40 [utils.py:328] non-default args: {'model_tag': 'm', 'gpu_memory_utilization': 0.95}\n"
+           + PEAK_85)
+    found, errors = _analyze(log, ["KVD013", "KVD004"], Options(params={"KVD013": {"high_pct": 80}}))
+    assert [f["rule"] for f in found] == ["KVD004"]  # uses no runtime figure: still runs
+    [err] = errors
+    assert err.code == "KVD013" and "kv_usage_max" in err.message and "AttributeError" in err.message
+
+
+def test_provider_may_only_put_the_names_it_declares(monkeypatch):
+    mod = rule_context.builtin_providers()["KVD010"].module
+    monkeypatch.setattr(mod, "provide", lambda facts, analysis, ctx, put: put("bytes_per_token", 1))
+    log = ("(EngineCore_DP0 pid=10) INFO 09-01 10:00:40 [gpu_worker.py:276] Available KV cache memory: -1.66 GiB\n")
+    found, errors = _analyze(log, ["KVD010"])
+    assert found == [] and "does not declare" in errors[0].message
+
+
+def test_every_provider_belongs_to_a_builtin_rule_and_is_used():
+    rules = {r.code: r for r in RULES}
+    providers = rule_context.builtin_providers()
+    assert set(providers) <= set(rules)
+    for code, p in providers.items():
+        path = ROOT / p.path
+        assert path.with_suffix(".toml").exists(), f"{p.path}: provider without its rule file next to it"
+        used = rule_names_used(rules[code])
+        unused = set(p.names) - used
+        assert not unused, f"{p.path} provides names its rule never uses: {sorted(unused)}"
+
+
+def test_user_rule_cannot_use_a_provider_name(tmp_path):
+    """Providers are built-in only: a --rules folder is never imported and cannot read their names."""
+    text = ('code = "USR001"\nname = "peek"\nseverity = "info"\nsummary = "s"\nwhy = "w"\nfix = "f"\n'
+            'condition = "bpt_ratio > 1"\nmessage = "m"\n')
+    with pytest.raises(RuleLoadError, match="unknown name 'bpt_ratio'"):
+        load_rule(str(tmp_path / "USR001-peek.toml"), text)
+
+
+def test_optional_segments_nest():
+    t = "[?a: A={a}[?b:  (b={b})]]."
+    assert render_template(t, {"a": 1, "b": 2}) == "A=1 (b=2)."
+    assert render_template(t, {"a": 1, "b": None}) == "A=1."
+    assert render_template(t, {"a": None, "b": 2}) == "."
+
+
+def test_no_rule_errors_on_the_sample_logs():
+    """The figures that used to fail silently now report: none of the shipped logs may produce a rule error."""
+    analyzer = Analyzer(Options(), rules=load_rules())
+    logs = sorted((ROOT / "sample_logs").glob("*.log"))
+    assert logs
+    for path in logs:
+        analyzer.analyze_source(str(path))
+    assert [e.message for e in analyzer.rule_errors] == []

@@ -18,8 +18,6 @@ from kvlogdiag.catalogue.patterns import STATS_TAIL, Pattern, catalogue
 from kvlogdiag.extract.pyrepr import CLASS_KEY, parse_json_or_repr, parse_repr, scalar, split_key_values, unwrap_path
 from kvlogdiag.input.reader import Line
 
-KV_USAGE_HIGH_PCT = 90.0
-
 # config keys kvlogdiag tracks; args dicts use argparse dest names
 CONFIG_KEYS = (
     "model", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "max_model_len",
@@ -232,10 +230,9 @@ def _dispatch_tables() -> tuple[list[Pattern], dict[str, list[Pattern]], re.Patt
 class Extractor:
     """Feed lines in order; call `finish` for the facts."""
 
-    def __init__(self, source: str, kv_usage_high_pct: float = KV_USAGE_HIGH_PCT):
+    def __init__(self, source: str):
         self.facts = LogFacts(source=source)
         self.runs: list[LogFacts] = [self.facts]  # one LogFacts per server start, in log order
-        self.kv_high = kv_usage_high_pct
         self._run = 0
         self._run_has_kv = False
         self._kv_line = 0
@@ -851,6 +848,8 @@ class Extractor:
         self.facts.preemption_warning_count += 1
         if len(self.facts.preemption_warnings) < 50:
             self.facts.preemption_warnings.append(fact)
+        if m.group("total") is not None:  # cumulative per engine process: the last one is the total so far
+            self.facts.stats.v0_cumulative_preemptions[line.rank] = self._with(fact, int(m.group("total")))
         self.facts.engine.append(self._with(fact, "v0", "v0_preemption"))
         self._emit("preemption_warning", fact)
 
@@ -868,11 +867,8 @@ class Extractor:
         st.waiting_max = waiting if st.waiting_max is None else max(st.waiting_max, waiting)
         if running or waiting:
             st.busy_lines += 1
-        if running == 1 and waiting > 0:
-            st.single_running_with_queue += 1
-            if st.single_running_first is None:
-                st.single_running_first = fact
-            self._emit("single_running", fact)
+        deferred = 0
+        usage = None
         rest = m.group("rest")
         if rest:
             for tm in STATS_TAIL.finditer(rest):
@@ -887,21 +883,26 @@ class Extractor:
                 elif tm.group("kv_usage") is not None:
                     if tm.group("device") == "CPU" and m.group("swapped") is not None:
                         continue  # V0 'CPU KV cache usage' is the swap space, not the KV pool (KVD013)
-                    u = float(tm.group("kv_usage"))
-                    st.kv_usage_samples += 1
-                    if st.kv_usage_max is None or u > st.kv_usage_max:
-                        st.kv_usage_max = u
-                        st.kv_usage_max_fact = fact
-                    if u >= self.kv_high:
-                        st.kv_usage_high_lines += 1
-                        if st.kv_usage_high_first is None:
-                            st.kv_usage_high_first = fact
-                        st.kv_usage_high_last_line = fact.line
-                        self._emit("kv_usage_high", self._with(fact, u))
-                    if tm.group("device") in ("NPU",):
-                        pass
+                    u = usage = float(tm.group("kv_usage"))
+                    peak = st.kv_usage_max
+                    st.add_kv_usage(u, fact)
+                    if peak is None or u > peak:
+                        self._emit("kv_usage_peak", self._with(fact, u))
                 elif tm.group("hit") is not None:
                     st.prefix_hit_last = float(tm.group("hit"))
+                elif tm.group("deferred") is not None:
+                    deferred = int(tm.group("deferred"))
+        if deferred:
+            st.deferred_lines += 1
+        # vLLM >= 0.31 prints Waiting including the Deferred requests (blocked on remote KV, grammar, streamed
+        # input: loggers.py), which no step budget could have admitted
+        if running == 1 and waiting - deferred > 0:
+            st.single_running_with_queue += 1
+            if st.single_running_first is None:
+                st.single_running_first = fact
+            if usage is not None and (st.single_running_kv_usage_max is None or usage > st.single_running_kv_usage_max):
+                st.single_running_kv_usage_max = usage
+            self._emit("single_running", fact)
 
     def _h_startup_complete(self, m, line, fact):
         if self.facts.startup_complete is None:

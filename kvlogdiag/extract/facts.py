@@ -6,6 +6,7 @@ extractor (``extract.py``) fills a `LogFacts`; nothing downstream reads log line
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,27 +27,97 @@ class Fact:
         return {"line": self.line, "rank": self.rank, "text": self.raw, "source": self.source}
 
 
+KV_USAGE_STEPS = 1000  # histogram resolution: 0.1 % (vLLM prints the usage with one decimal)
+JSON_KV_USAGE_HIGH_PCT = 90.0  # runtime.kv_usage_high_lines of the JSON contract (docs/json-output.md); rules use their own params
+
+
+@dataclass(slots=True)
+class UsageBucket:
+    """Stats lines whose KV usage falls in one 0.1 % step: how many, and the first and last of them."""
+
+    count: int
+    first: Fact
+    last: Fact
+
+
+def usage_step(pct: float) -> int:
+    """The histogram step of a usage figure: floor to 0.1 %, clamped to 0..100 %."""
+    return min(KV_USAGE_STEPS, max(0, math.floor(pct * 10 + 1e-6)))
+
+
+def threshold_step(pct: float) -> int:
+    """The first step whose usage is >= ``pct`` (a threshold between two steps rounds up)."""
+    return max(0, math.ceil(pct * 10 - 1e-6))
+
+
 @dataclass
 class StatsSummary:
-    """Aggregates of the periodic stats lines (constant memory however long the log)."""
+    """Aggregates of the runtime lines, threshold-free and in constant memory however long the log.
+
+    Rules apply their own thresholds to these (e.g. ``kv_usage_lines_at_or_above(params.high_pct)``):
+    the KV usage of every stats line is kept as a histogram of 0.1 % steps with the first and last
+    line of each step, so any threshold can be counted and cited afterwards.
+    """
 
     lines: int = 0
     kv_usage_max: float | None = None
     kv_usage_max_fact: Fact | None = None
-    kv_usage_high_lines: int = 0  # lines with usage >= the high threshold
-    kv_usage_high_first: Fact | None = None
-    kv_usage_high_last_line: int | None = None
     kv_usage_samples: int = 0
+    kv_usage_hist: dict[int, UsageBucket] = field(default_factory=dict)  # usage_step → bucket (≤ 1,001 entries)
     preemptions_total: int = 0  # V1 "Preemptions: P" summed
     preemption_lines: int = 0
     preemption_first: Fact | None = None
+    v0_cumulative_preemptions: dict[str | None, Fact] = field(default_factory=dict)  # rank → last V0 warning's total
     running_max: int | None = None
     waiting_max: int | None = None
-    single_running_with_queue: int = 0  # "Running: 1 reqs, Waiting: >0"
+    single_running_with_queue: int = 0  # "Running: 1 reqs" with requests waiting that are not deferred
     single_running_first: Fact | None = None
+    single_running_kv_usage_max: float | None = None  # highest KV usage on those lines
     busy_lines: int = 0  # lines with running > 0 or waiting > 0
+    deferred_lines: int = 0  # lines with "Deferred: N reqs" > 0 (blocked waiting requests, vLLM >= 0.31)
     prefix_hit_last: float | None = None
     engines: set = field(default_factory=set)
+
+    def add_kv_usage(self, pct: float, fact: Fact) -> None:
+        self.kv_usage_samples += 1
+        if self.kv_usage_max is None or pct > self.kv_usage_max:
+            self.kv_usage_max = pct
+            self.kv_usage_max_fact = fact
+        step = usage_step(pct)
+        b = self.kv_usage_hist.get(step)
+        if b is None:
+            self.kv_usage_hist[step] = UsageBucket(1, fact, fact)
+        else:
+            b.count += 1
+            b.last = fact
+
+    def _at_or_above(self, pct: float) -> list[UsageBucket]:
+        lo = threshold_step(pct)
+        return [b for s, b in self.kv_usage_hist.items() if s >= lo]
+
+    def lines_at_or_above(self, pct: float) -> int:
+        """Stats lines whose KV usage is >= ``pct`` %."""
+        return sum(b.count for b in self._at_or_above(pct))
+
+    def first_at_or_above(self, pct: float) -> Fact | None:
+        """The first stats line with KV usage >= ``pct`` %."""
+        return min((b.first for b in self._at_or_above(pct)), key=lambda f: f.line, default=None)
+
+    def last_at_or_above(self, pct: float) -> Fact | None:
+        """The last stats line with KV usage >= ``pct`` %."""
+        return max((b.last for b in self._at_or_above(pct)), key=lambda f: f.line, default=None)
+
+    @property
+    def kv_usage_high_lines(self) -> int:
+        """Lines at >= 90 %: the JSON contract's fixed figure (``runtime.kv_usage_high_lines``), not a rule threshold."""
+        return self.lines_at_or_above(JSON_KV_USAGE_HIGH_PCT)
+
+    def v0_preemption_total(self) -> tuple[int | None, Fact | None]:
+        """Sum over ranks of the last ``total_num_cumulative_preemption`` each printed, with the latest line."""
+        if not self.v0_cumulative_preemptions:
+            return None, None
+        facts = list(self.v0_cumulative_preemptions.values())
+        return sum(f.value for f in facts), max(facts, key=lambda f: f.line)
 
 
 @dataclass

@@ -30,7 +30,7 @@ from kvlogdiag.rules.condition import (
     Call, Condition, ConditionError, EvaluationError, FunctionSpec, ListExpr, Literal, Unary, Binary,
     compile_user_regex, parse, regex_search,
 )
-from kvlogdiag.rules.context import NAMES, Options, build_context, version_cmp
+from kvlogdiag.rules.context import NAMES, SECTIONS, Options, build_context, builtin_providers, provider_names, version_cmp
 from kvlogdiag.extract.facts import Fact, LogFacts
 
 if sys.version_info >= (3, 11):
@@ -66,7 +66,35 @@ FUNCTIONS: dict[str, FunctionSpec] = {
     "multiple_of": FunctionSpec(2, 2),
     "gib": FunctionSpec(1, 1),
     "coalesce": FunctionSpec(1, None),
+    # the KV usage histogram of the stats lines (0.1 % steps): a rule applies its own threshold
+    "kv_usage_lines_at_or_above": FunctionSpec(1, 1),
+    "kv_usage_first_line_at_or_above": FunctionSpec(1, 1),
+    "kv_usage_last_line_at_or_above": FunctionSpec(1, 1),
 }
+FUNCTION_DOCS: dict[str, str] = {
+    "defined(x)": "x is not null",
+    "event(name)": "how many lines of a named catalogue event the log has (e.g. `event('hma_auto_off')`)",
+    "any_line(regex)": "some line matches the regex (a user rule's raw-line search: every line is read)",
+    "count(regex)": "how many lines match the regex",
+    "version_ge(v)": "the logged vLLM version is >= v (null when unknown)",
+    "version_lt(v)": "the logged vLLM version is < v (null when unknown)",
+    "contains(list_or_text, item)": "membership or substring",
+    "matches(text, regex)": "the regex matches text",
+    "lower(text)": "lower case",
+    "len(list_or_text)": "length",
+    "min(a, ...)": "smallest number (nulls ignored)",
+    "max(a, ...)": "largest number (nulls ignored)",
+    "abs(x)": "absolute value",
+    "round(x, n)": "x rounded to n decimals",
+    "multiple_of(a, b)": "a is a multiple of b",
+    "gib(bytes)": "bytes / 2^30",
+    "coalesce(a, ...)": "the first argument that is not null",
+    "kv_usage_lines_at_or_above(pct)": "stats lines whose KV cache usage is >= pct % (0.1 % steps); a [let] that is this one call cites the first such line",
+    "kv_usage_first_line_at_or_above(pct)": "line of the first stats line with KV usage >= pct % (null when none)",
+    "kv_usage_last_line_at_or_above(pct)": "line of the last stats line with KV usage >= pct % (null when none)",
+}
+# a [let] that is one call of these functions cites the line the function names (the first at or above)
+_EVIDENCE_FUNCTIONS = {"kv_usage_lines_at_or_above", "kv_usage_first_line_at_or_above"}
 
 
 class RuleLoadError(Exception):
@@ -220,6 +248,8 @@ def load_rule(path: str, content: bytes | str, builtin: bool = False) -> Rule:
     _check_applies(where, applies)
 
     names: set[str] = set(NAMES) | {f"params.{k}" for k in params}
+    if builtin:  # a built-in rule's provider file adds its own names; user rule folders are never imported
+        names |= set(provider_names(code))
     lets: list[tuple[str, Condition]] = []
     for lname, expr in (data.get("let") or {}).items():
         if not isinstance(expr, str) or not re.match(r"^[a-z][a-z0-9_]*$", lname) or lname in names:
@@ -296,7 +326,7 @@ def _parse(where: str, field_name: str, text: Any, names: set[str]) -> Condition
 
 
 def _check_template(where: str, field_name: str, text: str, names: set[str]) -> None:
-    for m in _OPTIONAL_RE.finditer(text):
+    for m in _optional_segments(text):
         if m.group(1) not in names:
             raise RuleLoadError(f"{where}: {field_name}: unknown name '{m.group(1)}' at column {m.start()}")
     masked = _TEMPLATE_RE.sub(lambda m: " " * len(m.group(0)), text)
@@ -404,6 +434,15 @@ def _functions(ctx: dict[str, Any], facts: LogFacts, line_hits: dict[str, tuple[
             return item in container
         return False
 
+    def pct(x: Any, fn: str) -> float:
+        if not isinstance(x, (int, float)) or isinstance(x, bool):
+            raise EvaluationError(f"{fn}() needs a percentage (a number), not {x!r}")
+        return float(x)
+
+    def line_of(f: Fact | None) -> int | None:
+        return f.line if f is not None else None
+
+    st = facts.stats
     return {
         "defined": lambda x: x is not None,
         "event": lambda name: facts.event_count(str(name)),
@@ -422,7 +461,74 @@ def _functions(ctx: dict[str, Any], facts: LogFacts, line_hits: dict[str, tuple[
         "multiple_of": multiple_of,
         "gib": lambda b: b / (1 << 30) if isinstance(b, (int, float)) and not isinstance(b, bool) else None,
         "coalesce": lambda *a: next((x for x in a if x is not None), None),
+        "kv_usage_lines_at_or_above": lambda x: st.lines_at_or_above(pct(x, "kv_usage_lines_at_or_above")),
+        "kv_usage_first_line_at_or_above": lambda x: line_of(st.first_at_or_above(pct(x, "kv_usage_first_line_at_or_above"))),
+        "kv_usage_last_line_at_or_above": lambda x: line_of(st.last_at_or_above(pct(x, "kv_usage_last_line_at_or_above"))),
     }
+
+
+def _let_evidence(cond: Condition, env: dict[str, Any], funcs: dict[str, Callable], facts: LogFacts) -> Fact | None:
+    """The line a [let] cites when it is one call of a histogram function: the first stats line at or above."""
+    tree = cond.tree
+    if not (isinstance(tree, Call) and tree.name in _EVIDENCE_FUNCTIONS and len(tree.args) == 1):
+        return None
+    threshold = Condition(cond.source, tree.args[0]).evaluate(env, funcs)
+    if not isinstance(threshold, (int, float)) or isinstance(threshold, bool):
+        return None
+    return facts.stats.first_at_or_above(float(threshold))
+
+
+def rule_namespace_markdown(rule: Rule) -> list[str]:
+    """docs/rules.md lines for the names a built-in rule's provider file adds (none without one)."""
+    p = builtin_providers().get(rule.code) if rule.builtin else None
+    if p is None:
+        return []
+    return ["", f"**Figures computed in Python** (`{p.path}`, names only this rule can use): "
+            + "; ".join(f"`{k}` {v}" for k, v in p.names.items())]
+
+
+def namespace_markdown() -> list[str]:
+    """docs/rules.md lines for the generic names and the functions every rule can use."""
+    out = ["", "## Names a rule condition can use", "",
+           "Rule-independent names, filled for every rule. A built-in rule whose figure the condition language cannot "
+           "compute has a provider file next to its TOML (listed under the rule above) that adds names to that rule "
+           "only; providers exist for built-in rules only: a `--rules DIR` folder is data, it is never imported, and "
+           "its rules use the names and functions below. A figure that fails to compute is a rule error "
+           "(`kvlogdiag: rule error: ...`, fatal with `--strict-rules`), never a silent null.", ""]
+    for section, names in SECTIONS.items():
+        out += [f"### {section}", "", "| name | meaning |", "|---|---|"]
+        out += [f"| `{k}` | {v.replace('|', chr(92) + '|')} |" for k, v in names.items()]
+        out.append("")
+    out += ["## Functions", "", "| function | result |", "|---|---|"]
+    out += [f"| `{k}` | {v.replace('|', chr(92) + '|')} |" for k, v in FUNCTION_DOCS.items()]
+    return out
+
+
+def rule_names_used(rule: Rule) -> set[str]:
+    """Every context name a rule reads: in its lets, conditions, messages, fixes and evidence."""
+    used: set[str] = set()
+    for _, cond in rule.lets:
+        used |= cond.names
+    texts = [rule.fix]
+    for c in rule.checks:
+        used |= c.when.names
+        used |= {e for e in c.evidence if not e.startswith(("event:", "line:"))}
+        texts += [c.message, c.fix or ""]
+    for t in texts:
+        used |= {m.group(1) for m in _TEMPLATE_RE.finditer(t)}
+        used |= {m.group(1) for m in _optional_segments(t)}
+    return used
+
+
+def _optional_segments(text: str) -> list[re.Match]:
+    """Every ``[?name: ...]`` segment, nested ones included (innermost first)."""
+    out = []
+    while True:
+        found = list(_OPTIONAL_RE.finditer(text))
+        if not found:
+            return out
+        out.extend(found)
+        text = _OPTIONAL_RE.sub(lambda m: " " * len(m.group(0)), text)
 
 
 def render_template(template: str, env: dict[str, Any]) -> str:
@@ -448,7 +554,13 @@ def render_template(template: str, env: dict[str, Any]) -> str:
         value = env.get(m.group(1))
         return m.group(2) if value not in (None, False, "", []) else ""
 
-    return _TEMPLATE_RE.sub(one, _OPTIONAL_RE.sub(optional, template))
+    text = template
+    while True:  # innermost segments first, so one may hold another
+        done = _OPTIONAL_RE.sub(optional, text)
+        if done == text:
+            break
+        text = done
+    return _TEMPLATE_RE.sub(one, text)
 
 
 def _evidence(check: Check, rule: Rule, prov: dict[str, Fact], facts: LogFacts,
@@ -472,25 +584,63 @@ def _evidence(check: Check, rule: Rule, prov: dict[str, Fact], facts: LogFacts,
 
 def evaluate(rules: RuleSet, facts: LogFacts, analysis: dict, options: Options | None = None,
              errors: list[RuleError] | None = None) -> list[dict]:
-    """Evaluate every rule; returns findings sorted by line, then code."""
+    """Evaluate every rule; returns findings sorted by line, then code.
+
+    A rule that cannot be evaluated — a figure it uses failed to compute, its provider raised, a line
+    regex it counts was stopped, or its condition failed — gives a `RuleError` (fatal with
+    ``--strict-rules``) and no finding; the other rules still run.
+    """
     opts = options or Options()
-    ctx, prov = build_context(facts, analysis, opts)
+    context = build_context(facts, analysis, opts)
+    ctx, prov = context.values, context.prov
     line_hits = facts.line_hits
+    stopped: dict[str, str] = getattr(line_hits, "stopped", {})
     funcs = _functions(ctx, facts, line_hits)
+    providers = builtin_providers()
     findings: list[dict] = []
+
+    def fail(rule: Rule, why: str) -> None:
+        err = RuleError(rule.code, f"{rule.path}: {rule.code}: {why}")
+        if errors is not None:
+            errors.append(err)
+        if opts.strict_rules:
+            raise RuleLoadError(err.message) from None
+
     for rule in rules.rules:
         if not applies(rule, ctx):
             continue
+        used = rule_names_used(rule)
+        bad = sorted(n for n in used if n in context.failed)
+        if bad:
+            fail(rule, f"figure {', '.join(bad)} could not be computed: {context.failed[bad[0]]}")
+            continue
+        cut = [p for p in rule.line_patterns if p in stopped]
+        if cut:
+            fail(rule, f"line regex {cut[0]!r} {stopped[cut[0]]}; its count would be incomplete, so the rule was not evaluated")
+            continue
         env = dict(ctx)
+        rule_prov = prov
+        provider = providers.get(rule.code) if rule.builtin else None
+        if provider is not None:
+            try:
+                values, extra = provider.provide(facts, analysis, context.guarded())
+            except Exception as exc:  # noqa: BLE001 - reported as this rule's error, never silence
+                fail(rule, f"{provider.path} failed: {type(exc).__name__}: {exc}")
+                continue
+            env.update(values)
+            rule_prov = {**prov, **extra}
         params = dict(rule.params)
         params.update(opts.params.get(rule.code, {}))
         env.update({f"params.{k}": v for k, v in params.items()})
         try:
             for lname, cond in rule.lets:
                 env[lname] = cond.evaluate(env, funcs)
+                ev = _let_evidence(cond, env, funcs, facts)
+                if ev is not None:
+                    rule_prov = {**rule_prov, lname: ev}
             for check in rule.checks:
                 if _truthy(check.when.evaluate(env, funcs)):
-                    ev = _evidence(check, rule, prov, facts, line_hits, env)
+                    ev = _evidence(check, rule, rule_prov, facts, line_hits, env)
                     findings.append({
                         "rule": rule.code,
                         "name": rule.name,
@@ -504,11 +654,7 @@ def evaluate(rules: RuleSet, facts: LogFacts, analysis: dict, options: Options |
                     })
                     break
         except (EvaluationError, ArithmeticError, TypeError, ValueError, RecursionError) as exc:
-            err = RuleError(rule.code, f"{rule.path}: {rule.code}: evaluation failed: {exc}")
-            if errors is not None:
-                errors.append(err)
-            if opts.strict_rules:
-                raise RuleLoadError(err.message) from None
+            fail(rule, f"evaluation failed: {exc}")
     findings.sort(key=lambda f: (f["line"] if f["line"] is not None else float("inf"), f["rule"]))
     return findings
 
