@@ -126,7 +126,10 @@ class Analyzer:
             ex.facts.line_hits = matcher.hits
 
             def next_run(old: LogFacts, new: LogFacts) -> None:  # user-rule line counts are per run
-                matcher.hits = new.line_hits
+                hits = LineHits()
+                hits.stopped.update(matcher.hits.stopped)  # a pattern the hang guard stopped stays stopped
+                matcher.hits = hits
+                new.line_hits = hits
 
             ex.run_listeners.append(next_run)
         return ex

@@ -64,7 +64,7 @@ def resolve_config(facts: LogFacts) -> tuple[dict[str, Any], dict[str, Fact], di
     for key, lst in facts.config.items():
         best = max(_priority(key, f.source) for f in lst)
         top = [f for f in lst if _priority(key, f.source) == best]
-        distinct = []
+        distinct: list[Any] = []
         for f in top:
             if not any(_same(f.value, d) for d in distinct):
                 distinct.append(f.value)
@@ -246,7 +246,7 @@ def pair_bytes_per_token(facts: LogFacts, block_size: int | None) -> tuple[list[
             keys = [worker_order(rank) for _, _, rank in mem]
             if all(k is not None for k in keys) and len(set(keys)) == len(keys):
                 # 0.8-0.11 print one token line per worker, in worker-rank order
-                ms = [m for _, m in sorted(zip(keys, mem), key=lambda kv: kv[0])]
+                ms = [m for _, m in sorted(zip(keys, mem), key=lambda kv: kv[0] or (0, 0))]
                 matched = list(zip(ms, toks))
             else:
                 ms = sorted(mem, key=lambda x: x[1])
