@@ -10,7 +10,7 @@ time, the general envelope code) on the real logs, on generated vLLM logs and on
 from keywords, keyword fragments, envelopes, control bytes and over-long lines, with small chunk,
 line and unit sizes so that every boundary case is hit many times.
 
-    /work/venv/bin/python bench/check_reader.py [--seeds N]
+    python bench/check_reader.py [--seeds N]
 
 Exit status 0 when everything matched. Not part of the test suite (it takes ~15 s).
 """
@@ -261,7 +261,7 @@ def main() -> int:
                 return n
 
             root = os.path.dirname(HERE)
-            logs = sorted(glob.glob("/work/shared/real_logs/*.log")) + sorted(glob.glob(os.path.join(root, "sample_logs", "*.log")))
+            logs = sorted(glob.glob(os.path.join(root, "..", "shared", "real_logs", "*.log"))) + sorted(glob.glob(os.path.join(root, "sample_logs", "*.log")))
             logs += sorted(glob.glob(os.path.join(root, "tests", "**", "*.log"), recursive=True))
             for path in logs:
                 with open(path, "rb") as fh:

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """kvlogdiag performance benchmark: generates its inputs, measures, prints one table, writes docs.
 
-    /work/venv/bin/python bench/run.py            # full run (~5-8 min on 2 cores; inputs cached)
-    /work/venv/bin/python bench/run.py --quick    # small inputs, a smoke test of the script itself
+    python bench/run.py            # full run (~5-8 min on 2 cores; inputs cached)
+    python bench/run.py --quick    # small inputs, a smoke test of the script itself
 
 Inputs are generated deterministically (fixed seeds, see ``bench/gen.py``) under ``bench/out/``
 (git-ignored) and reused while their manifest matches. Every command runs as its own process; wall

@@ -6,7 +6,7 @@ reader uses to skip every other line without decoding it), a regular expression 
 groups, and real sample lines with the groups they must yield. ``tests/test_patterns.py``
 checks every sample, so the catalogue documents itself and cannot rot silently.
 
-Formats come from the facts document (``vllm-log-format.md`` sections 2–11) and real logs.
+Formats come from the facts document (``docs/vllm-log-format.md`` sections 2–11) and real logs.
 """
 
 from __future__ import annotations
