@@ -33,8 +33,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from kvlogdiag.rules import engine as rule_engine
 from kvlogdiag.cli.main import cli
+from kvlogdiag.rules import engine as rule_engine
 
 TESTS = Path(__file__).resolve().parent
 HOSTILE = TESTS / "hostile_rules"

@@ -6,11 +6,16 @@ One generic test (semgrep's ruleid/ok idea): for each ``[[samples]]`` entry of e
 
 from __future__ import annotations
 
+import io
+from pathlib import Path
+
 import pytest
+from click.testing import CliRunner
 
 from kvlogdiag.pipeline import Analyzer
+from kvlogdiag.rules import context as rule_context
 from kvlogdiag.rules.context import Options
-from kvlogdiag.rules.engine import load_rules
+from kvlogdiag.rules.engine import RuleLoadError, load_rule, load_rules, render_template, rule_names_used
 
 RULES = load_rules().rules
 CASES = [(r, i, s) for r in RULES for i, s in enumerate(r.samples)]
@@ -49,14 +54,6 @@ def test_every_rule_has_firing_and_quiet_samples(rule):
 
 
 # --- rules own their thresholds, wording and errors -----------------------------------------------
-
-import io  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-from click.testing import CliRunner  # noqa: E402
-
-from kvlogdiag.rules import context as rule_context  # noqa: E402
-from kvlogdiag.rules.engine import RuleLoadError, load_rule, render_template, rule_names_used  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 _STATS = ("(APIServer pid=2231) INFO 11-20 10:00:{s:02d} [loggers.py:248] Engine 000: Avg prompt throughput: 900.0 tokens/s, "

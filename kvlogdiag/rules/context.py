@@ -217,6 +217,14 @@ class _Builder:
         return self.v.get(name)
 
 
+def _first(facts: list[Fact] | None) -> Fact | None:
+    return facts[0] if facts else None
+
+
+def _last(facts: list[Fact] | None) -> Fact | None:
+    return facts[-1] if facts else None
+
+
 def _min(values: list[float]) -> float | None:
     vals = [v for v in values if v is not None]
     return min(vals) if vals else None
@@ -266,7 +274,7 @@ def _config(b: _Builder) -> None:
     put("dp", dp)
     put("world_size", tp * pp * dp)
     eq = analysis["memory"].get("equivalent_utilization") or []
-    put("equivalent_utilization", eq[-1] if eq else None, (facts.memory.get("equivalent_utilization") or [None])[-1])
+    put("equivalent_utilization", eq[-1] if eq else None, _last(facts.memory.get("equivalent_utilization")))
     lpt = [f for f in facts.config.get("long_prefill_token_threshold", []) if f.source == "partial_prefill_line"]
     put("long_prefill_threshold_logged", as_int(lpt[-1].value) if lpt else None, lpt[-1] if lpt else None)
     spec = [f for f in facts.config.get("speculative_config") or []
@@ -302,7 +310,7 @@ def _config(b: _Builder) -> None:
     ac = cfg.get("additional_config")
     rse = dig_additional(ac, "recompute_scheduler_enable")
     if rse is None:
-        f = (facts.config.get("ascend_config.recompute_scheduler_enable") or [None])[0]
+        f = _first(facts.config.get("ascend_config.recompute_scheduler_enable"))
         if f is not None:
             rse, prov["recompute_scheduler_enable"] = f.value, f
     put("recompute_scheduler_enable", rse if isinstance(rse, bool) else None,
@@ -321,7 +329,7 @@ def _config(b: _Builder) -> None:
         ri, rsrc, rfact = ef.value[0], "error", ef
     put("retention_interval", ri, rfact)
     put("retention_source", rsrc, rfact)
-    rnm = (facts.events.get("retention_not_multiple") or [None])[0]
+    rnm = _first(facts.events.get("retention_not_multiple"))
     put("retention_error_value", rnm.value[0] if rnm else None, rnm)
     put("retention_error_block", rnm.value[1] if rnm else None, rnm)
 
@@ -355,7 +363,7 @@ def _kv(b: _Builder) -> None:
     kv = analysis["kv_cache"]
     put("kv_sized", facts.kv_sized)
     put("kv_size_logged", bool(facts.tokens or facts.blocks or facts.concurrency),
-        (facts.tokens or facts.blocks or facts.concurrency or [None])[0])
+        _first(facts.tokens or facts.blocks or facts.concurrency))
     avail = facts.available
     put("available_gib_min", _min([f.value for f in avail]), min(avail, key=lambda f: f.value) if avail else None)
     put("available_gib_max", max((f.value for f in avail), default=None))
@@ -413,7 +421,7 @@ def _kv(b: _Builder) -> None:
     put("no_available_memory", bool(nam), nam[0] if nam else None)
     neg = [f for f in avail if f.value <= 0]
     put("available_negative", bool(neg), neg[0] if neg else None)
-    bp = (facts.events.get("block_pool_no_free") or [None])[0]
+    bp = _first(facts.events.get("block_pool_no_free"))
     put("kv_alloc_fail_blocks", bp.value if bp is not None else None, bp)
     pe = facts.events.get("prompt_exceeds_kv_capacity") or []
     pe_max = max((f for f in pe if isinstance(f.value, int)), key=lambda f: f.value, default=None)
@@ -444,7 +452,7 @@ def _kv(b: _Builder) -> None:
     if g is None:
         g, gf = mem_max("cuda_graph_estimate_gib")
     put("mem_cuda_graph_gib", g, gf)
-    uth = (facts.events.get("util_too_high_start") or [None])[0]
+    uth = _first(facts.events.get("util_too_high_start"))
     uv = uth.value if uth is not None and isinstance(uth.value, dict) else {}
     put("start_free_gib", uv.get("free_gib"), uth)
     put("start_total_gib", uv.get("total_gib"), uth)

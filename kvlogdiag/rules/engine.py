@@ -398,7 +398,7 @@ def applies(rule: Rule, ctx: dict[str, Any]) -> bool:
         for part in a["vllm"].split(","):
             m = re.match(r"^\s*(>=|<=|<|>|==)\s*(\S+)\s*$", part)
             c = version_cmp(ctx["vllm_version"], m.group(2)) if m else None
-            if c is None:
+            if m is None or c is None:
                 continue
             op = m.group(1)
             ok = {">=": c >= 0, "<=": c <= 0, "<": c < 0, ">": c > 0, "==": c == 0}[op]
@@ -522,7 +522,7 @@ def rule_names_used(rule: Rule) -> set[str]:
 
 def _optional_segments(text: str) -> list[re.Match]:
     """Every ``[?name: ...]`` segment, nested ones included (innermost first)."""
-    out = []
+    out: list[re.Match] = []
     while True:
         found = list(_OPTIONAL_RE.finditer(text))
         if not found:

@@ -29,7 +29,8 @@ _RELEVANT = {"model", "tensor_parallel_size", "pipeline_parallel_size", "kv_cach
 
 def provide(facts: LogFacts, analysis: dict, ctx: Mapping[str, Any], put: Callable[..., None]) -> None:
     measured = ctx.get("bytes_per_token")
-    cp = (facts.events.get("cp_multiply") or [None])[0]
+    cps = facts.events.get("cp_multiply")
+    cp = cps[0] if cps else None
     if measured is not None and cp is not None and isinstance(cp.value, int) and cp.value > 1:
         measured = measured * cp.value
     evidence = min(facts.tokens, key=lambda f: f.value) if facts.tokens else None

@@ -110,14 +110,14 @@ def provide(facts: LogFacts, analysis: dict, ctx: Mapping[str, Any], put: Callab
             put(f"dp_kv_{end}_line", f.line)
 
     bpt_best = None
-    runs: dict[int, list[tuple[float, dict]]] = {}
+    pairings: dict[int, list[tuple[float, Any]]] = {}
     for p in analysis["kv_cache"].get("bytes_per_token_by_rank") or []:
         if p.get("bytes_per_token"):
-            runs.setdefault(p.get("run", 0), []).append((p["bytes_per_token"], p))
-    for items in runs.values():
-        s = _spread(items)
-        if s is not None and (bpt_best is None or s[0] > bpt_best[0]):
-            bpt_best = s
+            pairings.setdefault(p.get("run", 0), []).append((p["bytes_per_token"], p))
+    for pairs in pairings.values():
+        spread = _spread(pairs)
+        if spread is not None and (bpt_best is None or spread[0] > bpt_best[0]):
+            bpt_best = spread
     if bpt_best is not None:
         pct, lo, hi = bpt_best
         put("run_bpt_spread_pct", pct)
