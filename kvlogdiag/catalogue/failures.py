@@ -1,0 +1,185 @@
+"""The catalogue of vLLM / vLLM-Ascend start-up failures (``failures.toml``) and its matcher.
+
+Each `FailureEntry` is one cause an operator can fix: a class, the message patterns per version
+range (with named groups for the numbers the message carries), the fix, the kvlogdiag rules that
+explain the same cause, and sample lines. `FailureCatalogue.match` finds the entry a line states;
+`FailureCatalogue.is_echo` / `death` recognise lines that only repeat a failure or announce a
+process death. ``failures_harvest.json`` next to the TOML holds the exact ``raise`` messages of
+released versions (``tools/harvest_failures.py``); ``tests/test_failures_catalogue.py`` renders them
+through the catalogue. The reader's prefilter lets every line through that holds one of
+`prefilter_keywords`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+CATALOGUE_FILE = Path(__file__).with_name("failures.toml")
+HARVEST_FILE = Path(__file__).with_name("failures_harvest.json")
+
+_UNIT_GIB = {"B": 1 / 2**30, "KiB": 1 / 2**20, "MiB": 1 / 2**10, "GiB": 1.0, "TiB": 2.0**10,
+             "KB": 1 / 2**20, "MB": 1 / 2**10, "GB": 1.0, "TB": 2.0**10}
+_NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?")
+
+# lines the tracker needs besides the catalogue keywords: exceptions, tracebacks, pydantic blocks,
+# process deaths, the end of a successful start
+EXTRA_KEYWORDS = ("Error", "error", "Exception", "Traceback", "raise ", "Killed", "died", "signal",
+                  "exit code", "exitcode", "Failed core proc", "failed to start", "[type=",
+                  "validation error for", "Application startup complete", "Uvicorn running on",
+                  "Avg prompt throughput")
+
+
+@dataclass(frozen=True)
+class FailureEntry:
+    """One start-up failure cause."""
+
+    id: str
+    cls: str
+    keywords: tuple[str, ...]
+    patterns: tuple[tuple[str, re.Pattern[str]], ...]  # (versions, regex)
+    extra: tuple[re.Pattern[str], ...]
+    fix: str
+    links: tuple[str, ...] = ()
+    harvest: tuple[str, ...] = ()
+    harvest_numbers: dict[str, str] = field(default_factory=dict)
+    samples: tuple[dict, ...] = ()
+
+
+@dataclass(frozen=True)
+class FailureMatch:
+    """A line that states a catalogued cause."""
+
+    entry: FailureEntry
+    versions: str
+    numbers: dict[str, Any]
+    details: dict[str, str]
+    span: tuple[int, int]
+
+    def fix(self) -> str:
+        return render_fix(self.entry.fix, self.numbers | self.details)
+
+
+def _num(text: str) -> int | float | None:
+    if not _NUMBER.fullmatch(text):
+        return None
+    t = text.replace(",", "")
+    return float(t) if "." in t else int(t)
+
+
+def numbers_of(groups: dict[str, str | None]) -> tuple[dict[str, Any], dict[str, str]]:
+    """Split named groups into numbers (``<x>`` + ``<x>_unit`` → ``<x>_gib``) and text details."""
+    numbers: dict[str, Any] = {}
+    details: dict[str, str] = {}
+    for k, v in groups.items():
+        if v is None or k.endswith("_unit") or v == "":
+            continue
+        unit = groups.get(k + "_unit")
+        n = _num(v)
+        if n is None:
+            details[k] = v
+        elif unit and unit in _UNIT_GIB:
+            numbers[k + "_gib"] = n * _UNIT_GIB[unit]
+        else:
+            numbers[k] = n
+    return numbers, details
+
+
+class _Missing(dict):
+    def __missing__(self, key: str) -> str:
+        return "the value in the message"
+
+
+def render_fix(template: str, values: dict[str, Any]) -> str:
+    """The fix text with the failure's numbers filled in (ints without decimals)."""
+    shown = {k: (int(v) if isinstance(v, float) and v.is_integer() else v) for k, v in values.items()}
+    return template.format_map(_Missing(shown))
+
+
+class FailureCatalogue:
+    """The loaded catalogue with a keyword index: `match` costs one regex search per line."""
+
+    def __init__(self, data: dict):
+        entries = []
+        for e in data.get("failure", []):
+            entries.append(FailureEntry(
+                id=e["id"], cls=e["class"], keywords=tuple(e["keywords"]),
+                patterns=tuple((p.get("versions", ""), re.compile(p["regex"])) for p in e["patterns"]),
+                extra=tuple(re.compile(x) for x in e.get("extra", ())),
+                fix=e["fix"], links=tuple(e.get("links", ())), harvest=tuple(e.get("harvest", ())),
+                harvest_numbers=dict(e.get("harvest_numbers", {})), samples=tuple(e.get("samples", ())),
+            ))
+        self.entries: list[FailureEntry] = entries
+        self.by_id = {e.id: e for e in entries}
+        kw: dict[str, list[FailureEntry]] = {}
+        for e in entries:
+            for k in e.keywords:
+                kw.setdefault(k, []).append(e)
+        self._by_kw = kw
+        self._kw_re = re.compile("|".join(re.escape(k) for k in sorted(kw, key=len, reverse=True)))
+        self.echo = [re.compile(x["regex"]) for x in data.get("echo", [])]
+        self.deaths = [re.compile(x["regex"]) for x in data.get("death", [])]
+
+    def keywords(self) -> tuple[str, ...]:
+        return tuple(self._by_kw)
+
+    def match(self, text: str) -> FailureMatch | None:
+        """The first catalogued cause ``text`` states (entries in catalogue order), or None."""
+        cands: dict[str, FailureEntry] = {}
+        for km in self._kw_re.finditer(text):
+            for e in self._by_kw[km.group(0)]:
+                cands.setdefault(e.id, e)
+        for e in sorted(cands.values(), key=self.entries.index):
+            for versions, rx in e.patterns:
+                m = rx.search(text)
+                if m is None:
+                    continue
+                groups = dict(m.groupdict())
+                for x in e.extra:
+                    for xm in x.finditer(text):
+                        for k, v in xm.groupdict().items():
+                            if v is not None and groups.get(k) is None:
+                                groups[k] = v
+                numbers, details = numbers_of(groups)
+                return FailureMatch(e, versions, numbers, details, m.span())
+        return None
+
+    def is_echo(self, text: str) -> bool:
+        return any(rx.search(text) for rx in self.echo)
+
+    def death(self, text: str) -> dict[str, str] | None:
+        """Named groups of a process-death line (``process``, ``signal``, ``exit_code``, ``failed``)."""
+        for rx in self.deaths:
+            m = rx.search(text)
+            if m:
+                return {k: v for k, v in m.groupdict().items() if v is not None}
+        return None
+
+
+@lru_cache(maxsize=1)
+def catalogue() -> FailureCatalogue:
+    """The built-in catalogue (parsed once)."""
+    with open(CATALOGUE_FILE, "rb") as fh:
+        return FailureCatalogue(tomllib.load(fh))
+
+
+def prefilter_keywords() -> tuple[str, ...]:
+    """Every literal a line the start-up tracker needs contains at least one of."""
+    return tuple(sorted(set(catalogue().keywords()) | set(EXTRA_KEYWORDS)))
+
+
+@lru_cache(maxsize=1)
+def harvested() -> dict:
+    """``failures_harvest.json``: the exact raise messages of released vLLM / vLLM-Ascend versions."""
+    with open(HARVEST_FILE, encoding="utf-8") as fh:
+        return json.load(fh)

@@ -1,0 +1,241 @@
+"""Why did the server not start? The root cause of a failed vLLM / vLLM-Ascend start-up.
+
+`StartupTracker` is fed every line (the reader's `Line` objects, in order) and at the end says
+whether the start failed, which line states the cause, which process printed it, the class, the
+numbers the message carries and the fix (from ``kvlogdiag/catalogue/failures.toml``).
+
+The cause is the FIRST line, over all processes, that either states a catalogued failure or is the
+exception line that ends a traceback / is logged at ERROR level — never one of its echoes
+(`EngineCore failed to start`, `Engine core initialization failed`, `Worker proc ... died`, the
+API server's re-raise). When the excerpt shows a failure but no cause (only echoes,
+`Failed core proc(s): {}`, a process killed by a signal, a traceback cut off by the end of the
+paste) the result says exactly that, which process died and what to collect next; it never guesses.
+
+Memory is constant: per process only the last `WINDOW` lines of an open traceback are kept (at
+most `MAX_PROCESSES` processes), echoes are capped at `MAX_ECHOES`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict, deque
+from typing import Any
+
+from kvlogdiag.catalogue.failures import FailureCatalogue, FailureMatch, catalogue
+from kvlogdiag.input.reader import Line
+
+WINDOW = 40
+MAX_PROCESSES = 64
+MAX_ECHOES = 10
+
+_HEAD = re.compile(r"^(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
+                   r"(?:\[[^\]]*\] ?|[\w.]+:\d+\] ?)?")
+_UVICORN = re.compile(r"^(?P<level>ERROR|CRITICAL|INFO|WARNING):\s+")
+_EXC = re.compile(r"^(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Failure|Fault|Interrupt))"
+                  r"(?::\s*(?P<msg>.*))?$")
+_VALIDATION = re.compile(r"(?P<count>\d+) validation errors? for (?P<config>\w+)")
+_PYDANTIC_ITEM = re.compile(r"^(?:Value error, (?P<value_error>.*)|(?P<item>.*\[type=[\w.]+.*))$")
+_PID = re.compile(r"\((?P<name>[^()]*?) pid=(?P<pid>\d+)")
+_STARTED = ("Application startup complete", "Uvicorn running on")
+_WARNING_EXC = re.compile(r"Warning$")
+_SIGNALS = {"9": "SIGKILL", "-9": "SIGKILL", "15": "SIGTERM", "-15": "SIGTERM", "6": "SIGABRT", "-6": "SIGABRT",
+            "11": "SIGSEGV", "-11": "SIGSEGV", "137": "SIGKILL", "139": "SIGSEGV", "134": "SIGABRT"}
+
+
+def split_level(text: str) -> tuple[str | None, str]:
+    """(log level or None, message) of a line's text (vLLM head or uvicorn's ``ERROR:    ``)."""
+    m = _HEAD.match(text)
+    if m:
+        return m.group("level"), text[m.end():]
+    m = _UVICORN.match(text)
+    if m:
+        return m.group("level"), text[m.end():]
+    return None, text
+
+
+def process_of(line: Line) -> str | None:
+    """The process a line came from as its prefix names it (``VllmWorker-0 pid=13513``)."""
+    m = _PID.search(line.raw[:120]) if line.raw.startswith("(") or ") " in line.raw[:120] else None
+    if m:
+        return f"{m.group('name')} pid={m.group('pid')}"
+    return line.rank
+
+
+class _Candidate:
+    __slots__ = ("line", "process", "text", "raw", "match", "exception", "generic_class", "details", "traceback")
+
+    def __init__(self, line: Line, process: str | None, text: str, match: FailureMatch | None,
+                 exception: str | None, generic_class: str | None, details: dict, traceback: list[str]):
+        self.line = line.number
+        self.process = process
+        self.text = text
+        self.raw = line.raw
+        self.match = match
+        self.exception = exception
+        self.generic_class = generic_class
+        self.details = details
+        self.traceback = traceback
+
+
+class StartupTracker:
+    """Feed lines with `feed`; `result` gives the start-up verdict (a JSON-ready dict)."""
+
+    def __init__(self, cat: FailureCatalogue | None = None):
+        self.cat = cat or catalogue()
+        self._tb: OrderedDict[str | None, deque[tuple[int, str]]] = OrderedDict()  # open tracebacks
+        self._validation: dict[str | None, str] = {}  # process → config class of an open pydantic block
+        self.cause: _Candidate | None = None
+        self.echoes: list[dict] = []
+        self.echo_count = 0
+        self.deaths: list[dict] = []
+        self.failed_procs: str | None = None
+        self.served_line = 0  # a line showing the server was up (startup complete, stats)
+        self.last_line = 0
+        self.last_unterminated = False
+
+    # -- feeding -------------------------------------------------------------------------------
+
+    def feed(self, line: Line) -> None:
+        self.last_line = line.number
+        self.last_unterminated = line.unterminated
+        text = line.text
+        if self.served_line:
+            return  # the server came up: later errors are runtime errors, not a failed start
+        if any(s in text for s in _STARTED) or "Avg prompt throughput" in text:
+            if not self.echoes and not self.deaths:
+                # an exception before this line did not stop the start (e.g. a WARNING traceback)
+                self.served_line = line.number
+                self.cause = None
+            return
+        level, body = split_level(text)
+        body_s = body.strip()
+        proc = process_of(line)
+        if body_s.startswith("Traceback (most recent call last)"):
+            self._open_tb(proc, line.number, body_s)
+            return
+        tb = self._tb.get(proc)
+        if tb is not None:
+            tb.append((line.number, body_s))
+        em = _EXC.match(body_s)
+        if em is not None and tb is not None:
+            self._tb.pop(proc, None)  # the exception line closes the traceback
+        if level in ("INFO", "DEBUG"):
+            return
+        echo = self.cat.is_echo(body_s)
+        death = self.cat.death(body_s)
+        if death is not None:
+            self._add_death(line, proc, death)
+        if echo or death is not None:
+            self._add_echo(line, proc, body_s)
+        if level in ("WARNING", "WARN"):
+            return  # vLLM logs tracebacks it recovers from at WARNING: not a cause
+        vm = _VALIDATION.search(body_s)
+        if vm:
+            self._validation[proc] = vm.group("config")
+        if self.cause is not None:
+            return
+        m = self.cat.match(body_s)
+        exc = em.group("exc") if em else None
+        if m is not None and not (echo and not self._echo_carries_cause(body_s, m)):
+            self._set_cause(line, proc, body_s, m, exc, None, {}, tb)
+            return
+        if echo:
+            return
+        pm = _PYDANTIC_ITEM.match(body_s)
+        if pm and (proc in self._validation or None in self._validation):
+            config = self._validation.get(proc) or self._validation.get(None)
+            msg = pm.group("value_error") or pm.group("item")
+            self._set_cause(line, proc, msg.strip(), None, "ValidationError", "config", {"config_class": config}, tb)
+            return
+        if em and not _WARNING_EXC.search(exc) and not vm and (level is not None or tb is not None):
+            if exc.endswith("KeyboardInterrupt") or exc.endswith("SystemExit"):
+                return
+            self._set_cause(line, proc, body_s, None, exc, "unknown", {}, tb)
+
+    def _echo_carries_cause(self, text: str, m: FailureMatch) -> bool:
+        # "Worker failed with error '<message>'" repeats the worker's message: it is the cause's text
+        # when the worker's own traceback is not in the excerpt
+        return m.span[0] > 0 and "with error '" in text[: m.span[0]]
+
+    def _open_tb(self, proc: str | None, number: int, text: str) -> None:
+        if proc in self._tb:
+            self._tb.move_to_end(proc)
+        self._tb[proc] = deque([(number, text)], maxlen=WINDOW)
+        while len(self._tb) > MAX_PROCESSES:
+            self._tb.popitem(last=False)
+
+    def _add_echo(self, line: Line, proc: str | None, text: str) -> None:
+        self.echo_count += 1
+        if len(self.echoes) < MAX_ECHOES:
+            self.echoes.append({"line": line.number, "process": proc, "text": text})
+        fm = re.search(r"Failed core proc\(s\): \{(?P<procs>[^}]*)\}", text)
+        if fm:
+            self.failed_procs = fm.group("procs")
+
+    def _add_death(self, line: Line, proc: str | None, d: dict[str, str]) -> None:
+        if len(self.deaths) < MAX_ECHOES and "failed" not in d:
+            self.deaths.append({"line": line.number, "reported_by": proc, **d})
+
+    def _set_cause(self, line: Line, proc: str | None, text: str, m: FailureMatch | None,
+                   exc: str | None, generic_class: str | None, details: dict, tb_lines=None) -> None:
+        tb = [t for _, t in (tb_lines or ())][-6:]
+        self.cause = _Candidate(line, proc, text, m, exc, generic_class, details, tb)
+
+    # -- verdict -------------------------------------------------------------------------------
+
+    def result(self) -> dict[str, Any]:
+        """The start-up verdict: ``failed``, the cause (class, line, text, process, numbers, fix), the
+        echoes, and ``not_in_excerpt_reason`` when the excerpt shows a failure but not its cause."""
+        c = self.cause
+        failed = c is not None or bool(self.echoes) or bool(self.deaths)
+        out: dict[str, Any] = {
+            "failed": failed, "cause_id": None, "cause_class": None, "cause_line": None, "cause_text": None,
+            "cause_raw": None, "exception": None, "process": None, "numbers": {}, "details": {}, "fix": None,
+            "links": [], "versions": None, "traceback_tail": [], "echoes": list(self.echoes),
+            "echo_count": self.echo_count, "died": list(self.deaths), "failed_core_procs": self.failed_procs,
+            "not_in_excerpt_reason": None, "served_line": self.served_line or None,
+        }
+        if c is not None:
+            out.update(cause_line=c.line, cause_text=c.text, cause_raw=c.raw, process=c.process,
+                       exception=c.exception, traceback_tail=c.traceback, details=dict(c.details))
+            if c.match is not None:
+                e = c.match.entry
+                out.update(cause_id=e.id, cause_class=e.cls, numbers=dict(c.match.numbers),
+                           details=dict(c.match.details), fix=c.match.fix(), links=list(e.links),
+                           versions=c.match.versions)
+            else:
+                out.update(cause_id="config_validation" if c.generic_class == "config" else "uncatalogued",
+                           cause_class=c.generic_class,
+                           fix=("Correct the setting the validation message names." if c.generic_class == "config"
+                                else "Not a catalogued start-up failure: read the exception at the cause line "
+                                     "and the traceback above it."))
+            return out
+        if not failed:
+            return out
+        out["not_in_excerpt_reason"] = self._not_in_excerpt()
+        return out
+
+    def _not_in_excerpt(self) -> str:
+        open_tb = [(p, q[0][0]) for p, q in self._tb.items() if q]
+        who = sorted({d.get("process") or d.get("reported_by") or "?" for d in self.deaths})
+        signals = sorted({_SIGNALS.get(d.get("exit_code", ""), "") or d.get("signal", "") for d in self.deaths} - {""})
+        parts = ["The log shows that the start-up failed, but not the error that caused it."]
+        if self.failed_procs is not None:
+            parts.append(f"'Failed core proc(s): {{{self.failed_procs}}}'"
+                         + (" names no process with an exit code: the engine core did not exit, one of its workers did."
+                            if not self.failed_procs.strip() else "."))
+        if who and who != ["?"]:
+            parts.append(f"Process(es) that died: {', '.join(who)}"
+                         + (f" (signal {', '.join(signals)})" if signals else "") + ".")
+        if "SIGKILL" in signals or any(d.get("signal") == "Killed" for d in self.deaths):
+            parts.append("A process killed by SIGKILL prints no error of its own: check the kernel log on the host "
+                         "(`dmesg -T | grep -i -E 'killed process|out of memory'`, `journalctl -k`) and the "
+                         "container's memory limit (`docker inspect`, `kubectl describe pod` → OOMKilled).")
+        if open_tb:
+            p, first = open_tb[-1]
+            parts.append(f"A traceback of {p or 'the main process'} starts at line {first} and the excerpt ends "
+                         "before its exception line: the paste is cut.")
+        parts.append("Collect the complete log from the `vllm serve` command on (stdout and stderr: `2>&1`; "
+                     "`docker logs <container> 2>&1`, every worker / rank of a multi-node start) — the cause "
+                     "is printed by the process that failed, before these lines.")
+        return " ".join(parts)

@@ -1,0 +1,140 @@
+"""The start-up failure catalogue against its samples and the harvested messages of released vLLM.
+
+Every sample line must match its own entry with the numbers it lists. Every harvested ``raise``
+message (``kvlogdiag/catalogue/failures_harvest.json``) an entry claims is rendered with sample
+values for its placeholders, framed as vLLM logs it, and fed through `StartupTracker`: the class
+must come back, and so must every number the entry maps a placeholder to.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+
+from kvlogdiag.catalogue.failures import catalogue, harvested, numbers_of, prefilter_keywords
+from kvlogdiag.extract.failures import StartupTracker
+from kvlogdiag.input.reader import make_line
+
+CAT = catalogue()
+
+
+def _close(a, b) -> bool:
+    return isinstance(a, (int, float)) and math.isclose(a, b, rel_tol=1e-3, abs_tol=1e-3)
+
+
+@pytest.mark.parametrize("entry", CAT.entries, ids=lambda e: e.id)
+def test_samples_match_their_entry(entry):
+    assert entry.samples, f"{entry.id} has no sample line"
+    for s in entry.samples:
+        m = CAT.match(s["line"])
+        assert m is not None, f"{entry.id}: sample not matched: {s['line']}"
+        assert m.entry.id == entry.id, f"{s['line']!r} matched {m.entry.id}, not {entry.id}"
+        for k, v in s["numbers"].items():
+            assert _close(m.numbers.get(k), v), f"{entry.id}: {k}={m.numbers.get(k)} != {v}"
+
+
+def test_every_class_is_known_and_ids_unique():
+    known = {"config", "memory", "block_size", "retention", "hma", "recompute", "arch", "dtype", "quant",
+             "parallel", "devices", "comm", "port", "model", "tokenizer", "driver", "kernel", "ray", "connector"}
+    assert {e.cls for e in CAT.entries} <= known
+    assert len({e.id for e in CAT.entries}) == len(CAT.entries)
+
+
+def test_fix_placeholders_are_numbers_of_the_entry():
+    for e in CAT.entries:
+        names = set(re.findall(r"\{(\w+)\}", e.fix))
+        groups = set()
+        for _, rx in e.patterns:
+            groups |= set(rx.groupindex)
+        for x in e.extra:
+            groups |= set(x.groupindex)
+        assert names <= groups, f"{e.id}: fix names {names - groups} that no pattern captures"
+
+
+def test_unit_groups_become_gib():
+    numbers, details = numbers_of({"alloc": "462.00", "alloc_unit": "MiB", "gpu": "0", "model": "x"})
+    assert numbers == {"alloc_gib": 462 / 1024, "gpu": 0}
+    assert details == {"model": "x"}
+
+
+def test_prefilter_keywords_cover_catalogue_and_tracebacks():
+    kws = prefilter_keywords()
+    for e in CAT.entries:
+        assert set(e.keywords) <= set(kws)
+    assert {"Traceback", "Error", "error", "Killed"} <= set(kws)
+
+
+# --- harvested templates ------------------------------------------------------------------------
+
+_PH = re.compile(r"\{\{|\}\}|\{([^{}]*)\}")
+
+
+def _value_for(name: str, i: int):
+    if name.endswith("_gib"):
+        return round(3.25 + 7 * i, 2)
+    if name in ("gmu",):
+        return 0.87
+    if name in ("compute_capability",):
+        return 7.5
+    return 1000 + 37 * i
+
+
+def render(template: str, mapping: dict[str, str]) -> tuple[str, dict[str, float]]:
+    """A harvested template with sample values; the numbers the mapped placeholders carry."""
+    expected: dict[str, float] = {}
+    out = []
+    pos = 0
+    i = 0
+    for m in _PH.finditer(template):
+        out.append(template[pos:m.start()])
+        pos = m.end()
+        tok = m.group(0)
+        if tok in ("{{", "}}"):
+            out.append(tok[0])
+            continue
+        expr = m.group(1)
+        keys = [k for k in mapping if k in expr]
+        if keys:
+            name = mapping[max(keys, key=len)]
+            v = expected.get(name)
+            if v is None:
+                v = _value_for(name, i)
+                i += 1
+                expected[name] = v
+            out.append(str(v))
+        else:  # a digit satisfies the number, word and token shapes the patterns allow around values
+            out.append("7")
+    out.append(template[pos:])
+    return "".join(out), expected
+
+
+def _claimed():
+    msgs = harvested()["messages"]
+    for e in CAT.entries:
+        for sub in e.harvest:
+            hits = [m for m in msgs if sub in m["t"] or sub in render(m["t"], {})[0]]
+            yield e, sub, hits
+
+
+@pytest.mark.parametrize("entry,sub,hits", list(_claimed()), ids=lambda x: getattr(x, "id", None) or (x if isinstance(x, str) else ""))
+def test_harvested_messages_come_back(entry, sub, hits):
+    assert hits, f"{entry.id}: no harvested raise message contains {sub!r} (stale catalogue or harvest)"
+    for h in hits:
+        text, expected = render(h["t"], entry.harvest_numbers)
+        raw = f"(EngineCore_DP0 pid=7) ERROR 01-01 00:00:00 [core.py:1] {h['e']}: {text}"
+        t = StartupTracker()
+        t.feed(make_line(1, raw.encode()))
+        r = t.result()
+        where = f"{h['f']} {h['first']}-{h['last']}: {text[:160]}"
+        assert r["failed"] and r["cause_id"] == entry.id, f"{entry.id}: got {r['cause_id']} for {where}"
+        assert r["cause_class"] == entry.cls
+        for k, v in expected.items():
+            assert _close(r["numbers"].get(k), v), f"{entry.id}: {k}={r['numbers'].get(k)} != {v} in {where}"
+
+
+def test_harvest_covers_a_spread_of_releases():
+    v = harvested()["versions"]
+    assert len(v["vllm"]) >= 10 and "0.4.3" in v["vllm"] and "0.32.0" in v["vllm"]
+    assert v["vllm-ascend"], "no vLLM-Ascend release harvested"
