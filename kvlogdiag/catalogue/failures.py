@@ -37,7 +37,7 @@ _NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?")
 EXTRA_KEYWORDS = ("Error", "error", "Exception", "Traceback", "raise ", "Killed", "died", "signal",
                   "exit code", "exitcode", "Failed core proc", "failed to start", "[type=",
                   "validation error for", "Application startup complete", "Uvicorn running on",
-                  "Avg prompt throughput")
+                  "Avg prompt throughput", 'File "', "fatal signal", "See stack trace")
 
 
 @dataclass(frozen=True)

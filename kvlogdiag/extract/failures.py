@@ -37,6 +37,7 @@ _VALIDATION = re.compile(r"(?P<count>\d+) validation errors? for (?P<config>\w+)
 _PYDANTIC_ITEM = re.compile(r"^(?:Value error, (?P<value_error>.*)|(?P<item>.*\[type=[\w.]+.*))$")
 _PID = re.compile(r"\((?P<name>[^()]*?) pid=(?P<pid>\d+)")
 _STARTED = ("Application startup complete", "Uvicorn running on")
+_FRAME = re.compile(r'^File "[^"]*", line \d+')
 _WARNING_EXC = re.compile(r"Warning$")
 _SIGNALS = {"9": "SIGKILL", "-9": "SIGKILL", "15": "SIGTERM", "-15": "SIGTERM", "6": "SIGABRT", "-6": "SIGABRT",
             "11": "SIGSEGV", "-11": "SIGSEGV", "137": "SIGKILL", "139": "SIGSEGV", "134": "SIGABRT"}
@@ -83,6 +84,7 @@ class StartupTracker:
     def __init__(self, cat: FailureCatalogue | None = None):
         self.cat = cat or catalogue()
         self._tb: OrderedDict[str | None, deque[tuple[int, str]]] = OrderedDict()  # open tracebacks
+        self._tb_level: dict[str | None, str | None] = {}  # the log level of each open traceback
         self._validation: dict[str | None, str] = {}  # process → config class of an open pydantic block
         self.cause: _Candidate | None = None
         self.echoes: list[dict] = []
@@ -111,14 +113,19 @@ class StartupTracker:
         body_s = body.strip()
         proc = process_of(line)
         if body_s.startswith("Traceback (most recent call last)"):
-            self._open_tb(proc, line.number, body_s)
+            self._open_tb(proc, line.number, body_s, level)
             return
         tb = self._tb.get(proc)
+        if tb is None and level not in ("INFO", "DEBUG", "WARNING", "WARN") and _FRAME.match(body_s):
+            # an excerpt that starts inside a traceback: its frames without the first line
+            self._open_tb(proc, line.number, body_s, level)
+            return
         if tb is not None:
             tb.append((line.number, body_s))
         em = _EXC.match(body_s)
         if em is not None and tb is not None:
             self._tb.pop(proc, None)  # the exception line closes the traceback
+            self._tb_level.pop(proc, None)
         if level in ("INFO", "DEBUG"):
             return
         echo = self.cat.is_echo(body_s)
@@ -157,12 +164,19 @@ class StartupTracker:
         # when the worker's own traceback is not in the excerpt
         return m.span[0] > 0 and "with error '" in text[: m.span[0]]
 
-    def _open_tb(self, proc: str | None, number: int, text: str) -> None:
+    def _open_tb(self, proc: str | None, number: int, text: str, level: str | None) -> None:
         if proc in self._tb:
             self._tb.move_to_end(proc)
         self._tb[proc] = deque([(number, text)], maxlen=WINDOW)
+        self._tb_level[proc] = level
         while len(self._tb) > MAX_PROCESSES:
-            self._tb.popitem(last=False)
+            old, _ = self._tb.popitem(last=False)
+            self._tb_level.pop(old, None)
+
+    def _failing_tracebacks(self) -> list[tuple[str | None, int]]:
+        """Tracebacks still open (no exception line yet) that were not logged at WARNING or below."""
+        return [(p, q[0][0]) for p, q in self._tb.items()
+                if q and self._tb_level.get(p) not in ("INFO", "DEBUG", "WARNING", "WARN")]
 
     def _add_echo(self, line: Line, proc: str | None, text: str) -> None:
         self.echo_count += 1
@@ -187,7 +201,8 @@ class StartupTracker:
         """The start-up verdict: ``failed``, the cause (class, line, text, process, numbers, fix), the
         echoes, and ``not_in_excerpt_reason`` when the excerpt shows a failure but not its cause."""
         c = self.cause
-        failed = c is not None or bool(self.echoes) or bool(self.deaths)
+        open_tb = self._failing_tracebacks() if not self.served_line else []
+        failed = c is not None or bool(self.echoes) or bool(self.deaths) or bool(open_tb)
         out: dict[str, Any] = {
             "failed": failed, "cause_id": None, "cause_class": None, "cause_line": None, "cause_text": None,
             "cause_raw": None, "exception": None, "process": None, "numbers": {}, "details": {}, "fix": None,
@@ -216,7 +231,7 @@ class StartupTracker:
         return out
 
     def _not_in_excerpt(self) -> str:
-        open_tb = [(p, q[0][0]) for p, q in self._tb.items() if q]
+        open_tb = self._failing_tracebacks()
         who = sorted({d.get("process") or d.get("reported_by") or "?" for d in self.deaths})
         signals = sorted({_SIGNALS.get(d.get("exit_code", ""), "") or d.get("signal", "") for d in self.deaths} - {""})
         parts = ["The log shows that the start-up failed, but not the error that caused it."]
@@ -233,8 +248,10 @@ class StartupTracker:
                          "container's memory limit (`docker inspect`, `kubectl describe pod` → OOMKilled).")
         if open_tb:
             p, first = open_tb[-1]
+            procs = sorted({q or "the main process" for q, _ in open_tb})
             parts.append(f"A traceback of {p or 'the main process'} starts at line {first} and the excerpt ends "
-                         "before its exception line: the paste is cut.")
+                         "before its exception line: the paste is cut"
+                         + (f" (open tracebacks of {len(procs)} processes: {', '.join(procs[:8])})." if len(procs) > 1 else "."))
         parts.append("Collect the complete log from the `vllm serve` command on (stdout and stderr: `2>&1`; "
                      "`docker logs <container> 2>&1`, every worker / rank of a multi-node start) — the cause "
                      "is printed by the process that failed, before these lines.")
