@@ -41,13 +41,21 @@ class UsageBucket:
 
 
 def usage_step(pct: float) -> int:
-    """The histogram step of a usage figure: floor to 0.1 %, clamped to 0..100 %."""
-    return min(KV_USAGE_STEPS, max(0, math.floor(pct * 10 + 1e-6)))
+    """The histogram step of a usage figure: floor to 0.1 %, clamped to 0..100 % (also for inf/nan)."""
+    if not pct > 0:
+        return 0
+    if pct >= 100:
+        return KV_USAGE_STEPS
+    return min(KV_USAGE_STEPS, math.floor(pct * 10 + 1e-6))
 
 
 def threshold_step(pct: float) -> int:
     """The first step whose usage is >= ``pct`` (a threshold between two steps rounds up)."""
-    return max(0, math.ceil(pct * 10 - 1e-6))
+    if not pct > 0:
+        return 0
+    if pct > 100:
+        return KV_USAGE_STEPS + 1  # above every step: nothing counts
+    return math.ceil(pct * 10 - 1e-6)
 
 
 @dataclass
