@@ -1,0 +1,415 @@
+"""How much of what vLLM can print the catalogue reads: coverage over harvested format strings.
+
+``harvested_formats.json`` (made by ``tools/harvest_formats.py`` from the released sdists) holds
+every fact-bearing log / error format string of vLLM and vLLM-Ascend with the releases it occurs
+in. Each one is rendered with sample values in the process-prefix styles of its releases, read by
+the real `Extractor` (through the reader's `make_line`, so prefixes are peeled as in a real log),
+and classified:
+
+* ``covered`` — a catalogue pattern (other than the incidental ones in ``INCIDENTAL``) matched and
+  every number and string the extractor recorded from the line is one that was printed on it;
+* ``mismatch`` — something was extracted that is not on the line (a cut or misread value: a bug);
+* ``unmatched`` — no pattern reads the line.
+
+Strings deliberately not covered are listed with why in ``not_covered.json`` (``id → reason``).
+Per release: strings, covered, listed, missing. ``kvlogdiag patterns --coverage`` prints it;
+docs/coverage.md explains the method.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable
+
+from kvlogdiag.catalogue.patterns import catalogue
+
+HERE = Path(__file__).resolve().parent
+HARVEST_FILE = HERE / "harvested_formats.json"
+NOT_COVERED_FILE = HERE / "not_covered.json"
+
+# patterns that read settings/commands/evidence anywhere in a paste: a match by one of them alone
+# does not mean the catalogue understands the vLLM message
+INCIDENTAL = frozenset({
+    "prose_setting", "prose_model", "vllm_env", "user_command", "command_continuation", "command_model_line",
+    "advice_lead", "llm_constructor", "llm_model_kwarg", "rocm_evidence", "npu_evidence", "cpu_backend_evidence",
+    "v1_source_path", "wrapper_config_dict",
+})
+
+LONG_MODEL = "/mnt/nfs/shared-models/deepseek-ai/DeepSeek-V3.2-Exp-W8A8-dynamic-quantized-2025-12"
+_NUMBER = re.compile(r"(?<![\w.])-?\d{1,3}(?:,\d{3})+(?:\.\d+)?|(?<![\w])-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+
+
+# --- the harvested table --------------------------------------------------------------------------
+
+@lru_cache(maxsize=2)
+def _load(path: str) -> dict:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def load_harvest(path: Path | None = None) -> dict:
+    """The harvested table (``versions``, ``entries``, ...)."""
+    return _load(str(path or HARVEST_FILE))
+
+
+def load_not_covered(path: Path | None = None) -> dict[str, str]:
+    """id → why the string is deliberately not read."""
+    p = path or NOT_COVERED_FILE
+    if not p.exists():
+        return {}
+    return {k: v["reason"] for k, v in _load(str(p)).items()}
+
+
+def entry_versions(entry: dict, versions: list[str]) -> list[str]:
+    return [versions[i] for a, b in entry["in"] for i in range(a, b + 1)]
+
+
+def preview(tpl: list, width: int = 110) -> str:
+    """The template as one line of text, placeholders as ``{expr}``."""
+    s = "".join(x if isinstance(x, str) else "{" + x[0] + "}" for x in tpl)
+    s = " ".join(s.split())
+    return s if len(s) <= width else s[: width - 1] + "…"
+
+
+# --- process-prefix styles ---------------------------------------------------------------------
+
+def _vtuple(release: str) -> tuple[int, int]:
+    ver = release.split()[-1]
+    nums = [int(x) for x in re.findall(r"\d+", ver)[:2]]
+    return (nums + [0, 0])[0], (nums + [0, 0])[1]
+
+
+def prefix_styles(release: str) -> list[str]:
+    """Line-head templates (``{level} {file} {msg}``) vLLM used in that release.
+
+    V0 (< 0.8) printed ``file.py:123]``; from 0.8 the location is bracketed; worker/engine process
+    prefixes follow the process layout of each era (reader.py `_PROC` reads all of them)."""
+    major, minor = _vtuple(release)
+    v = (major, minor)
+    if v < (0, 8):
+        styles = ["{level} 10-20 13:41:10 {file}:123] {msg}"]
+        if v >= (0, 5):
+            styles.append("(VllmWorkerProcess pid=4242) {level} 10-20 13:41:10 {file}:123] {msg}")
+        return styles
+    head = "{level} 10-20 13:41:10 [{file}:123] {msg}"
+    if v < (0, 10):
+        return [head, "(VllmWorker rank=0 pid=4242) " + head]
+    if v < (0, 11):
+        return [head, "(EngineCore_0 pid=123) " + head, "(APIServer pid=77) " + head, "(VllmWorker TP0 pid=4242) " + head]
+    return [head, "(EngineCore_DP0 pid=123) " + head, "(APIServer pid=77) " + head, "(Worker_TP0 pid=4242) " + head]
+
+
+def render_line(style: str, level: str, file: str, msg: str) -> str:
+    """One log line: a raised exception is printed as ``ERROR ... ValueError: msg`` (traceback tail)."""
+    if level.startswith("raise:"):
+        msg, level = f"{level[6:]}: {msg}", "ERROR"
+    base = file.rsplit(":", 1)[0].rsplit("/", 1)[-1]
+    return style.format(level=level, file=base, msg=msg)
+
+
+# --- sample values -----------------------------------------------------------------------------
+
+_INT_HINT = re.compile(r"token|len|block|size|num|count|seqs|interval|_id\b|rank|world|step|pid|batch|chunk|group|limit|max|\bn\b|idx|index|capacity|threshold", re.I)
+_FLOAT_HINT = re.compile(r"gib|\bgb\b|_gb|memory|mem\b|bytes|util|ratio|concurren|usage|rate|throughput|time|sec|fraction|percent|gpu_memory", re.I)
+
+
+def _kind(hint: str, spec: str) -> str:
+    t = spec[-1:] if spec else ""
+    if spec.startswith("%"):
+        if t in "diouxX":
+            return "int"
+        if t in "eEfFgG":
+            return "float"
+    else:
+        body = spec.split(":", 1)[1] if ":" in spec else ""
+        if body[-1:] in "dn" or body in (",", "_"):
+            return "int"
+        if body[-1:] in "eEfFgG%":
+            return "float"
+    h = hint.lower()
+    if "version" in h:
+        return "version"
+    if h.startswith("tuple(") or h.endswith("sizes"):
+        return "tuple"
+    if re.search(r"args\b|_config$|^config$", h) and not spec.startswith("%d"):
+        return "dict"
+    if re.search(r"device|platform", h) and "memory" not in h:
+        return "device"
+    if re.search(r"model(?!_len|_config|s\b)|path|tokenizer", h) and "len" not in h:
+        return "model"
+    if _FLOAT_HINT.search(h) and not re.search(r"num_|_len|tokens", h):
+        return "float"
+    if _INT_HINT.search(h):
+        return "int"
+    return "word"
+
+
+def sample_value(hint: str, spec: str, rnd: random.Random) -> Any:
+    """A value of the kind the placeholder prints: ints up to millions (so separators show), floats
+    (negative for memory figures sometimes: vLLM prints a negative 'Available KV cache memory'),
+    release strings, long model paths, or a word."""
+    kind = _kind(hint, spec)
+    if kind == "int":
+        return rnd.choice([rnd.randint(0, 9), rnd.randint(10, 9_999), rnd.randint(10_000, 99_999_999)])
+    if kind == "float":
+        v = round(rnd.uniform(0, 200), rnd.choice([1, 2, 4]))
+        if re.search(r"avail", hint, re.I) and rnd.random() < 0.3:
+            v = -v  # what is left for the KV cache can be negative; weights or totals cannot
+        return v
+    if kind == "tuple":
+        return tuple(rnd.choice([16, 32, 64, 128, 528, 4096]) for _ in range(rnd.randint(1, 3)))
+    if kind == "dict":
+        return {"model": rnd.choice([LONG_MODEL, "Qwen/Qwen3-32B"]), "max_model_len": rnd.randint(1024, 1_048_576),
+                "tensor_parallel_size": rnd.choice([1, 2, 4, 8])}
+    if kind == "device":
+        return rnd.choice(["cuda", "CUDA", "npu"])
+    if kind == "version":
+        return rnd.choice(["0.10.2", "0.6.3.post1", "0.13.0+faa43dbf.nv26.01", "0.22.1rc1.dev495+g2ecf7d0eb"])
+    if kind == "model":
+        return rnd.choice([LONG_MODEL, "meta-llama/Llama-3.1-70B-Instruct", "Qwen/Qwen3-32B"])
+    return rnd.choice(["auto", "FLASH_ATTN", "cuda", "kv_both", "True"])
+
+
+def format_value(value: Any, spec: str) -> str:
+    if spec.startswith("%"):
+        t = spec[-1]
+        if t in "diouxX" and isinstance(value, float):
+            value = int(value)
+        try:
+            return spec % (value,)
+        except (TypeError, ValueError):
+            return str(value)
+    conv, _, fmt = spec.partition(":")
+    if conv == "!r":
+        value = repr(value)
+    elif conv in ("!s", "!a"):
+        value = str(value)
+    try:
+        return format(value, fmt)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def render(tpl: list, rnd: random.Random) -> tuple[str, list[str]]:
+    """(message, the text printed for each placeholder)."""
+    out, printed = [], []
+    for item in tpl:
+        if isinstance(item, str):
+            out.append(item)
+        else:
+            hint, spec = item
+            text = format_value(sample_value(hint, spec, rnd), spec)
+            printed.append(text)
+            out.append(text)
+    return "".join(out), printed
+
+
+# --- reading a rendered line ----------------------------------------------------------------------
+
+def matching_patterns(text: str) -> list[str]:
+    """Catalogue patterns whose keyword occurs in the message and whose regex matches it."""
+    return [p.name for p in catalogue() if any(k in text for k in p.keywords) and p.regex.search(text)]
+
+
+def _values(obj: Any, out: list) -> None:
+    from kvlogdiag.extract.facts import Fact
+
+    if isinstance(obj, Fact):
+        _values(obj.value, out)
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            _values(v, out)
+    elif isinstance(obj, (list, tuple, set)):
+        for v in obj:
+            _values(v, out)
+    elif isinstance(obj, (str, int, float)) and not isinstance(obj, bool):
+        out.append(obj)
+
+
+def extracted_values(facts) -> list:
+    """Every number and string the extractor recorded (engine/platform classifications excluded)."""
+    out: list = []
+    for name in ("version", "available", "kv_budget", "tokens", "blocks", "concurrency", "insufficient_kv"):
+        _values(getattr(facts, name), out)
+    for name in ("config", "memory", "events"):
+        _values(getattr(facts, name), out)
+    _values({k: f for k, f in facts.env.items()}, out)
+    st = facts.stats
+    for name in ("running_max", "waiting_max", "kv_usage_max", "preemptions_total", "prefix_hit_last"):
+        v = getattr(st, name, None)
+        if v:
+            out.append(v)
+    return out
+
+
+def _numbers(text: str) -> list[float]:
+    return [float(m.group(0).replace(",", "")) for m in _NUMBER.finditer(text)]
+
+
+def _on_line(value: Any, msg: str, nums: list[float]) -> bool:
+    if isinstance(value, str):
+        return len(value) < 3 or value in msg or value.strip("'\"") in msg or _classification(value)
+    for n in nums:
+        if math.isclose(value, n, rel_tol=1e-9, abs_tol=1e-9) or math.isclose(value * 2**30, n, rel_tol=1e-9):
+            return True
+    return False
+
+
+def _classification(value: str) -> bool:
+    # labels a handler attaches (a budget's source kind), not values read from the line
+    return value in {"v0_profile", "kv_cache_memory_bytes", "cpu_auto", "cpu_explicit", "cpu_default", "ascend_bytes"} \
+        or value.startswith(("GiB KV cache", "max seq len"))
+
+
+@dataclass
+class Check:
+    """One rendered line and what kvlogdiag made of it."""
+
+    line: str
+    patterns: list[str]
+    values: list
+    foreign: list  # extracted values not on the line
+
+    @property
+    def status(self) -> str:
+        if self.foreign:
+            return "mismatch"
+        if any(p not in INCIDENTAL for p in self.patterns):
+            return "covered"
+        return "unmatched"
+
+
+def check_line(line: str) -> Check:
+    """Run the real reader + Extractor on one line."""
+    from kvlogdiag.extract.extractor import Extractor
+    from kvlogdiag.input.reader import make_line
+
+    ln = make_line(1, line.encode("utf-8"))
+    ex = Extractor("coverage")
+    ex.feed(ln)
+    facts = ex.finish(1)
+    values = extracted_values(facts)
+    nums = _numbers(ln.text)
+    foreign = [v for v in values if not _on_line(v, ln.text, nums)]
+    return Check(line, matching_patterns(ln.text), values, foreign)
+
+
+# --- the measurement ----------------------------------------------------------------------------
+
+@dataclass
+class EntryResult:
+    id: str
+    cat: str
+    file: str
+    text: str
+    versions: list[str]
+    status: str  # covered | mismatch | unmatched
+    patterns: list[str]
+    example: str  # a rendered line that shows the status
+    reason: str | None = None  # why it is deliberately not read (from not_covered.json)
+
+
+@dataclass
+class Coverage:
+    versions: list[str]
+    entries: list[EntryResult]
+    rows: list[dict] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return len(self.entries)
+
+    @property
+    def covered(self) -> int:
+        return sum(e.status == "covered" for e in self.entries)
+
+    @property
+    def listed(self) -> int:
+        return sum(e.status != "covered" and e.reason is not None for e in self.entries)
+
+    def missing(self) -> list[EntryResult]:
+        """Not covered and not listed with a reason: the gaps."""
+        return [e for e in self.entries if e.status != "covered" and e.reason is None]
+
+    def summary(self) -> dict:
+        t = self.total or 1
+        return {"strings": self.total, "covered": self.covered, "listed": self.listed,
+                "missing": len(self.missing()), "mismatch": sum(e.status == "mismatch" for e in self.entries),
+                "covered_pct": round(100 * self.covered / t, 2),
+                "accounted_pct": round(100 * (self.covered + self.listed) / t, 2)}
+
+
+def evaluate_entry(entry: dict, versions: list[str], rnd: random.Random, tries: int = 3) -> tuple[str, list[str], str]:
+    """(status, patterns, example line) over every prefix style of every release of the entry,
+    ``tries`` value draws each; the worst status wins (mismatch > unmatched > covered)."""
+    rank = {"covered": 0, "unmatched": 1, "mismatch": 2}
+    styles: dict[str, None] = {}
+    for rel in entry_versions(entry, versions):
+        for s in prefix_styles(rel):
+            styles[s] = None
+    worst, pats, example = "covered", set(), ""
+    for _ in range(tries):
+        msg, _printed = render(entry["t"], rnd)
+        for style in styles:
+            for level in entry["levels"][:2]:
+                c = check_line(render_line(style, level, entry["file"], msg))
+                pats.update(p for p in c.patterns if p not in INCIDENTAL)
+                if rank[c.status] > rank[worst] or not example:
+                    worst, example = (c.status if rank[c.status] > rank[worst] else worst), c.line
+    return worst, sorted(pats), example
+
+
+def measure(harvest: dict | None = None, not_covered: dict[str, str] | None = None, seed: int = 13) -> Coverage:
+    """Classify every harvested string and count per release (deterministic for a seed)."""
+    h = harvest if harvest is not None else load_harvest()
+    nc = not_covered if not_covered is not None else load_not_covered()
+    rnd = random.Random(seed)
+    versions = h["versions"]
+    results = []
+    for e in h["entries"]:
+        status, pats, example = evaluate_entry(e, versions, rnd)
+        results.append(EntryResult(e["id"], e["cat"], e["file"], preview(e["t"]), entry_versions(e, versions),
+                                   status, pats, example, nc.get(e["id"])))
+    cov = Coverage(versions, results)
+    for v in versions:
+        es = [r for r in results if v in r.versions]
+        n = len(es) or 1
+        cov_n = sum(r.status == "covered" for r in es)
+        listed = sum(r.status != "covered" and r.reason is not None for r in es)
+        cov.rows.append({"release": v, "strings": len(es), "covered": cov_n, "listed": listed,
+                         "missing": len(es) - cov_n - listed, "covered_pct": round(100 * cov_n / n, 1),
+                         "accounted_pct": round(100 * (cov_n + listed) / n, 1)})
+    return cov
+
+
+def table_rows(cov: Coverage) -> Iterable[list]:
+    for r in cov.rows:
+        yield [r["release"], r["strings"], r["covered"], r["listed"], r["missing"], f"{r['covered_pct']:.1f}", f"{r['accounted_pct']:.1f}"]
+
+
+TABLE_HEADERS = ["release", "strings", "covered", "listed", "missing", "covered %", "covered+listed %"]
+
+
+def coverage_text(verbose: bool = False, markdown: bool = False, cov: Coverage | None = None) -> str:
+    """What ``kvlogdiag patterns --coverage`` prints: the per-release table, the totals, and with
+    ``verbose`` every string that is not covered (listed ones with their reason)."""
+    from tabulate import tabulate
+
+    cov = cov or measure()
+    s = cov.summary()
+    fmt = "github" if markdown else "simple"
+    out = [tabulate(list(table_rows(cov)), headers=TABLE_HEADERS, tablefmt=fmt), "",
+           f"all releases: {s['covered']}/{s['strings']} harvested fact-bearing strings covered ({s['covered_pct']:.2f} %); "
+           f"{s['listed']} listed as deliberately not read, {s['missing']} missing "
+           f"(covered + listed {s['accounted_pct']:.2f} %); {s['mismatch']} read with a wrong value"]
+    if verbose:
+        rows = [[e.id, e.status, e.cat, e.file, e.text, e.reason or "-"]
+                for e in sorted(cov.entries, key=lambda e: (e.reason is not None, e.cat, e.text)) if e.status != "covered"]
+        out += ["", tabulate(rows, headers=["id", "status", "category", "file (newest)", "format string", "why not read"],
+                             tablefmt=fmt, maxcolwidths=None if markdown else [None, None, None, 40, 70, 40])]
+    return "\n".join(out) + "\n"
