@@ -144,10 +144,12 @@ def test_generic_figure_failure_is_a_rule_error_of_the_rules_that_use_it(monkeyp
         raise AttributeError("'StatsSummary' object has no attribute 'kv_usage_max'")
 
     monkeypatch.setitem(rule_context._FILLERS, "runtime", broken_runtime)
-    log = ("(APIServer pid=1) INFO 09-26 07:52:40 [utils.py:328] non-default args: {'model_tag': 'm', 'gpu_memory_utilization': 0.95}\n"
+    log = ("(EngineCore_DP0 pid=10) INFO 09-01 10:00:40 [gpu_worker.py:276] Available KV cache memory: -1.66 GiB\n"
            + PEAK_85)
-    found, errors = _analyze(log, ["KVD013", "KVD004"], Options(params={"KVD013": {"high_pct": 80}}))
-    assert [f["rule"] for f in found] == ["KVD004"]  # uses no runtime figure: still runs
+    kvd010 = next(r for r in RULES if r.code == "KVD010")
+    assert not rule_names_used(kvd010) & set(rule_context.SECTIONS["runtime"])
+    found, errors = _analyze(log, ["KVD013", "KVD010"], Options(params={"KVD013": {"high_pct": 80}}))
+    assert [f["rule"] for f in found] == ["KVD010"]  # uses no runtime figure: still runs
     [err] = errors
     assert err.code == "KVD013" and "kv_usage_max" in err.message and "AttributeError" in err.message
 
@@ -195,3 +197,18 @@ def test_no_rule_errors_on_the_sample_logs():
     for path in logs:
         analyzer.analyze_source(str(path))
     assert [e.message for e in analyzer.rule_errors] == []
+
+
+@pytest.mark.parametrize("body,error", [
+    ('CODE = "KVD099"\nNAMES = {}\ndef provide(f, a, c, put):\n    pass\n', "CODE must be 'KVD098'"),
+    ('CODE = "KVD098"\nNAMES = {"model": "x"}\ndef provide(f, a, c, put):\n    pass\n', "redefines generic name(s) model"),
+    ('CODE = "KVD098"\nNAMES = {"x": "y"}\n', "needs a provide("),
+    ('CODE = "KVD098"\nNAMES = {"x": 1}\ndef provide(f, a, c, put):\n    pass\n', "NAMES must map names"),
+    ('CODE = "KVD098"\nimport not_a_module_anywhere\n', "cannot be imported: ModuleNotFoundError"),
+])
+def test_a_broken_provider_file_is_a_load_error_naming_it(tmp_path, body, error):
+    path = tmp_path / "KVD098-broken.py"
+    path.write_text(body)
+    with pytest.raises(rule_context.ProviderError) as exc:
+        rule_context._load_provider("KVD098-broken", path)
+    assert "kvlogdiag/rules/builtin/KVD098-broken.py" in str(exc.value) and error in str(exc.value)

@@ -591,9 +591,12 @@ def _load_provider(name: str, path: Any) -> Provider:
     spec = importlib.util.spec_from_file_location(f"kvlogdiag.rules.builtin.provider_{code}", path)
     if spec is None or spec.loader is None:
         raise ProviderError(f"kvlogdiag/rules/builtin/{name}.py: cannot be loaded")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
     where = f"kvlogdiag/rules/builtin/{name}.py"
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # noqa: BLE001 - a shipped file that cannot be imported is a load error that names it
+        raise ProviderError(f"{where}: cannot be imported: {type(exc).__name__}: {exc}") from exc
     if getattr(module, "CODE", None) != code:
         raise ProviderError(f"{where}: CODE must be {code!r}")
     names = getattr(module, "NAMES", None)

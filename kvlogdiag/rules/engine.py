@@ -30,7 +30,9 @@ from kvlogdiag.rules.condition import (
     Call, Condition, ConditionError, EvaluationError, FunctionSpec, ListExpr, Literal, Unary, Binary,
     compile_user_regex, parse, regex_search,
 )
-from kvlogdiag.rules.context import NAMES, SECTIONS, Options, build_context, builtin_providers, provider_names, version_cmp
+from kvlogdiag.rules.context import (
+    NAMES, SECTIONS, Options, ProviderError, build_context, builtin_providers, provider_names, version_cmp,
+)
 from kvlogdiag.extract.facts import Fact, LogFacts
 
 if sys.version_info >= (3, 11):
@@ -249,7 +251,10 @@ def load_rule(path: str, content: bytes | str, builtin: bool = False) -> Rule:
 
     names: set[str] = set(NAMES) | {f"params.{k}" for k in params}
     if builtin:  # a built-in rule's provider file adds its own names; user rule folders are never imported
-        names |= set(provider_names(code))
+        try:
+            names |= set(provider_names(code))
+        except ProviderError as exc:
+            raise RuleLoadError(f"{where}: {exc}") from None
     lets: list[tuple[str, Condition]] = []
     for lname, expr in (data.get("let") or {}).items():
         if not isinstance(expr, str) or not re.match(r"^[a-z][a-z0-9_]*$", lname) or lname in names:
