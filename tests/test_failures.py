@@ -2,8 +2,8 @@
 and the tracker's rules (first cause over all processes, echoes never, 'not in this excerpt' said).
 
 ``tests/data/failures/<case>.log`` are real logs of ``tools/reproduce_failures.sh <case>``;
-``tests/data/failures_heldout/<case>.log`` are failed starts posted in public vLLM issues (source
-in the JSON). Each ``<case>.json`` holds the hand-read expected cause.
+``tests/data/failures_heldout*/<case>.log`` are failed starts posted in public issues (source in
+the JSON), collected in rounds after the catalogue was built (see docs/failures.md). Each ``<case>.json`` holds the hand-read expected cause.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from kvlogdiag.extract.failures import MAX_ECHOES, WINDOW, StartupTracker
 from kvlogdiag.input.reader import detect_hard_wrap, iter_lines, make_line, open_input, unwrap_lines
 
 DATA = Path(__file__).parent / "data"
-CASES = sorted((DATA / "failures").glob("*.json")) + sorted((DATA / "failures_heldout").glob("*.json"))
+CASES = [p for d in ("failures", "failures_heldout", "failures_heldout2") for p in sorted((DATA / d).glob("*.json"))]
 
 
 def run(lines, keep=None) -> dict:
@@ -201,3 +201,13 @@ def test_memory_is_bounded():
             n += 2
     assert len(t._tb) <= 64 and all(len(q) <= WINDOW for q in t._tb.values())
     assert len(t.echoes) == MAX_ECHOES and t.echo_count == 200 * 100
+
+
+def test_listeners_hear_the_cause_when_its_line_arrives():
+    t = StartupTracker()
+    heard = []
+    t.listeners.append(lambda v: heard.append((v["cause_line"], v["cause_class"])))
+    t.feed(make_line(1, (W0 + HEAD + "ValueError: No common block size for 16 (CPU_ATTN: [MultipleOf(32)]).").encode()))
+    assert heard == [(1, "block_size")]
+    t.feed(make_line(2, (EC + "ERROR 09-02 07:11:41 [core.py:718] EngineCore failed to start.").encode()))
+    assert len(heard) == 1

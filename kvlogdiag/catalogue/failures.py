@@ -183,3 +183,52 @@ def harvested() -> dict:
     """``failures_harvest.json``: the exact raise messages of released vLLM / vLLM-Ascend versions."""
     with open(HARVEST_FILE, encoding="utf-8") as fh:
         return json.load(fh)
+
+
+# where a harvested message is raised → the class of an uncatalogued cause (only where the file
+# says it unambiguously: a config validator is a configuration error whatever it checks)
+_CLASS_BY_FILE = (
+    (re.compile(r"^vllm(?:_ascend)?/(?:config|engine/arg_utils|entrypoints/cli|ascend_config)"), "config"),
+    (re.compile(r"^vllm(?:_ascend)?/distributed/(?:kv_transfer|ec_transfer)/"), "connector"),
+    (re.compile(r"^vllm(?:_ascend)?/(?:model_executor/model_loader|transformers_utils)/"), "model"),
+    (re.compile(r"^vllm(?:_ascend)?/model_executor/models/registry"), "arch"),
+    (re.compile(r"^vllm(?:_ascend)?/(?:v1/)?executor/ray_"), "ray"),
+)
+
+
+class _Harvest:
+    """Harvested raise messages as regexes, tried only on a cause the catalogue does not know."""
+
+    def __init__(self, messages: list[dict]):
+        self.items: list[tuple[str, list[str], dict]] = []
+        for m in messages:
+            parts = re.split(r"\{(?:[^{}]|\{[^{}]*\})*\}", m["t"].replace("{{", "\x00").replace("}}", "\x01"))
+            lits = [p.replace("\x00", "{").replace("\x01", "}") for p in parts]
+            key = max(lits, key=len)
+            if len(key) < 16:
+                continue
+            self.items.append((key, lits, m))
+
+    def lookup(self, text: str) -> dict | None:
+        best = None
+        for key, lits, m in self.items:
+            if key in text and (best is None or len(key) > len(best[0])) \
+                    and re.search(".+?".join(re.escape(x) for x in lits), text):
+                best = (key, m)
+        return best[1] if best else None
+
+
+@lru_cache(maxsize=1)
+def _harvest_index() -> _Harvest:
+    return _Harvest(harvested()["messages"])
+
+
+def harvested_source(text: str) -> tuple[dict, str | None] | None:
+    """The released raise that states ``text`` (file, versions, exception) and the class its file implies."""
+    m = _harvest_index().lookup(text)
+    if m is None:
+        return None
+    for rx, cls in _CLASS_BY_FILE:
+        if rx.search(m["f"]):
+            return m, cls
+    return m, None

@@ -19,15 +19,17 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict, deque
-from typing import Any
+from typing import Any, Callable
 
-from kvlogdiag.catalogue.failures import FailureCatalogue, FailureMatch, catalogue
+from kvlogdiag.catalogue.failures import FailureCatalogue, FailureMatch, catalogue, harvested_source
 from kvlogdiag.input.reader import Line
 
 WINDOW = 40
 MAX_PROCESSES = 64
 MAX_ECHOES = 10
 
+# python logging as fastchat / gpustack wrap it: "2024-02-20 21:46:23 | ERROR | stderr | <text>"
+_PYLOG = re.compile(r"^(?:[\w.-]+ +\| )?\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \| (?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) \| [\w.-]+ \| ?")
 _HEAD = re.compile(r"^(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
                    r"(?:\[[^\]]*\] ?|[\w.]+:\d+\] ?)?")
 _UVICORN = re.compile(r"^(?P<level>ERROR|CRITICAL|INFO|WARNING):\s+")
@@ -49,6 +51,9 @@ def split_level(text: str) -> tuple[str | None, str]:
     if m:
         return m.group("level"), text[m.end():]
     m = _UVICORN.match(text)
+    if m:
+        return m.group("level"), text[m.end():]
+    m = _PYLOG.match(text)
     if m:
         return m.group("level"), text[m.end():]
     return None, text
@@ -94,6 +99,8 @@ class StartupTracker:
         self.served_line = 0  # a line showing the server was up (startup complete, stats)
         self.last_line = 0
         self.last_unterminated = False
+        # called with the verdict the moment a cause line is read (watch mode reports it then)
+        self.listeners: list[Callable[[dict[str, Any]], None]] = []
 
     # -- feeding -------------------------------------------------------------------------------
 
@@ -160,9 +167,11 @@ class StartupTracker:
             self._set_cause(line, proc, body_s, None, exc, "unknown", {}, tb)
 
     def _echo_carries_cause(self, text: str, m: FailureMatch) -> bool:
-        # "Worker failed with error '<message>'" repeats the worker's message: it is the cause's text
-        # when the worker's own traceback is not in the excerpt
-        return m.span[0] > 0 and "with error '" in text[: m.span[0]]
+        # "Worker failed with error '<message>'", V0 "Exception in worker X while processing method
+        # init_device: <message>" repeat the failing process's message verbatim: it is the cause's
+        # text when that process's own traceback is not in the excerpt
+        head = text[: m.span[0]]
+        return m.span[0] > 0 and ("with error '" in head or "while processing method" in head)
 
     def _open_tb(self, proc: str | None, number: int, text: str, level: str | None) -> None:
         if proc in self._tb:
@@ -194,6 +203,10 @@ class StartupTracker:
                    exc: str | None, generic_class: str | None, details: dict, tb_lines=None) -> None:
         tb = [t for _, t in (tb_lines or ())][-6:]
         self.cause = _Candidate(line, proc, text, m, exc, generic_class, details, tb)
+        if self.listeners:
+            verdict = self.result()
+            for fn in self.listeners:
+                fn(verdict)
 
     # -- verdict -------------------------------------------------------------------------------
 
@@ -208,7 +221,7 @@ class StartupTracker:
             "cause_raw": None, "exception": None, "process": None, "numbers": {}, "details": {}, "fix": None,
             "links": [], "versions": None, "traceback_tail": [], "echoes": list(self.echoes),
             "echo_count": self.echo_count, "died": list(self.deaths), "failed_core_procs": self.failed_procs,
-            "not_in_excerpt_reason": None, "served_line": self.served_line or None,
+            "not_in_excerpt_reason": None, "served_line": self.served_line or None, "raised_in": None,
         }
         if c is not None:
             out.update(cause_line=c.line, cause_text=c.text, cause_raw=c.raw, process=c.process,
@@ -219,9 +232,16 @@ class StartupTracker:
                            details=dict(c.match.details), fix=c.match.fix(), links=list(e.links),
                            versions=c.match.versions)
             else:
+                src = harvested_source(c.text)
+                cls = c.generic_class
+                if src is not None:
+                    out["raised_in"] = {"file": src[0]["f"], "versions": f"{src[0]['first']}-{src[0]['last']}",
+                                        "exception": src[0]["e"]}
+                    if cls == "unknown" and src[1] is not None:
+                        cls = src[1]
                 out.update(cause_id="config_validation" if c.generic_class == "config" else "uncatalogued",
-                           cause_class=c.generic_class,
-                           fix=("Correct the setting the validation message names." if c.generic_class == "config"
+                           cause_class=cls,
+                           fix=("Correct the setting the message names." if cls == "config"
                                 else "Not a catalogued start-up failure: read the exception at the cause line "
                                      "and the traceback above it."))
             return out
