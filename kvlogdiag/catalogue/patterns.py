@@ -37,11 +37,13 @@ def pat(name: str, versions: str, keywords: str | tuple[str, ...], regex: str, s
 
 
 # --- identification (facts §2) -----------------------------------------------------------------
-pat("api_server_version", "<=0.14 (openai server)", "vLLM API server version",
-    r"vLLM API server version (?P<version>[\w.+-]+)",
+pat("api_server_version", "<=0.14 (openai server; gRPC server 0.14)", ("vLLM API server version", "vLLM gRPC server version"),
+    r"vLLM (?:API|gRPC) server version (?P<version>[\w.+-]+)",
     [("INFO 07-03 14:17:08 api_server.py:712] vLLM API server version 0.6.3.post1", {"version": "0.6.3.post1"}),
      ("INFO 03-18 12:03:55 [api_server.py:1354] vLLM API server version 0.13.0+faa43dbf.nv26.01",
-      {"version": "0.13.0+faa43dbf.nv26.01"})])
+      {"version": "0.13.0+faa43dbf.nv26.01"}),
+     # vllm 0.14.1 vllm/entrypoints/grpc_server.py:411
+     ("INFO 01-20 10:00:00 [grpc_server.py:411] vLLM gRPC server version 0.14.1", {"version": "0.14.1"})])
 pat("server_version", ">=0.16 (logo off)", "vLLM server version",
     r"vLLM server version (?P<version>[\w.+-]+), serving model (?P<model>\S+)",
     [("INFO 11-29 08:40:01 [api_server.py:1501] vLLM server version 0.33.0, serving model Qwen/Qwen3-32B",
@@ -209,21 +211,35 @@ pat("kv_cache_memory_bytes", "0.10+ with --kv-cache-memory-bytes", "as specified
 pat("cuda_graph_estimate", ">=0.19", "Estimated CUDA graph memory",
     r"Estimated CUDA graph memory: (?P<gib>[\d.]+) GiB total",
     [("INFO 11-29 08:41:10 [gpu_worker.py:330] Estimated CUDA graph memory: 1.25 GiB total", {"gib": "1.25"})])
-pat("cuda_graph_equivalent", ">=0.19", ("is equivalent to --gpu-memory-utilization", "increase --gpu-memory-utilization from"),
-    r"(?:--gpu-memory-utilization=(?P<util>\d+(?:\.\d+)?) is equivalent to --gpu-memory-utilization=(?P<equivalent>\d+(?:\.\d+)?)|increase --gpu-memory-utilization from (?P<util2>\d+(?:\.\d+)?) to (?P<equivalent2>\d+(?:\.\d+)?))",
+pat("cuda_graph_equivalent", ">=0.19", ("is equivalent to --gpu-memory-utilization", "increase --gpu-memory-utilization from", "increasing --gpu-memory-utilization from"),
+    r"(?:--gpu-memory-utilization=(?P<util>\d+(?:\.\d+)?) is equivalent to --gpu-memory-utilization=(?P<equivalent>\d+(?:\.\d+)?)|increas(?:e|ing) --gpu-memory-utilization from (?P<util2>\d+(?:\.\d+)?) to (?P<equivalent2>\d+(?:\.\d+)?))",
     [("INFO 11-29 08:41:10 [gpu_worker.py:340] CUDA graph memory profiling is enabled (default since v0.21.0). The current --gpu-memory-utilization=0.9000 is equivalent to --gpu-memory-utilization=0.8842 without CUDA graph memory profiling.",
-      {"util": "0.9000", "equivalent": "0.8842"})])
+      {"util": "0.9000", "equivalent": "0.8842"}),
+     # vllm 0.33.0 vllm/v1/worker/gpu_worker.py:804 (0.20.2+, with VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0)
+     ("WARNING 11-29 08:41:10 [gpu_worker.py:804] CUDA graph memory profiling is disabled (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0). Without it, CUDA graph memory is not accounted for during KV cache allocation, which may require lowering --gpu-memory-utilization to avoid OOM. Consider re-enabling it (the default as of v0.21.0) and increasing --gpu-memory-utilization from 0.9 to 0.9123.",
+      {"util2": "0.9", "equivalent2": "0.9123"})])
 pat("cpu_kv_budget", "CPU backend >=0.20", "GiB for KV cache on node",
     r"(?P<how>Auto|Explicitly) set \((?P<gib>[\d.]+)/(?P<total>[\d.]+)\) GiB for KV cache on node (?P<node>\d+)",
     [("(Worker pid=19850) INFO 06-13 20:03:57 [cpu_worker.py:235] Auto set (1.48/18.0) GiB for KV cache on node 0, with 5.4 GiB requested memory for the worker.",
       {"how": "Auto", "gib": "1.48", "total": "18.0", "node": "0"})])
-pat("cpu_kvcache_space_default", "CPU backend <= ~0.19", "VLLM_CPU_KVCACHE_SPACE (GiB)",
-    r"VLLM_CPU_KVCACHE_SPACE \(GiB\) for CPU backend is not set, using (?P<gib>\d+) by default",
+pat("cpu_kvcache_space_default", "CPU backend <= ~0.19 ('(GB)' in 0.4-0.7)", ("VLLM_CPU_KVCACHE_SPACE (GiB)", "VLLM_CPU_KVCACHE_SPACE (GB)"),
+    r"VLLM_CPU_KVCACHE_SPACE \(Gi?B\) for CPU backend is not set, using (?P<gib>\d+) by default",
     [("WARNING 05-01 10:00:00 cpu_executor.py:320] Environment variable VLLM_CPU_KVCACHE_SPACE (GiB) for CPU backend is not set, using 4 by default.",
+      {"gib": "4"}),
+     # vllm 0.7.3 vllm/platforms/cpu.py:78 (the same words in 0.4.3-0.6.6 cpu_executor.py)
+     ("WARNING 02-20 10:00:00 [cpu.py:78] Environment variable VLLM_CPU_KVCACHE_SPACE (GB) for CPU backend is not set, using 4 by default.",
       {"gib": "4"})])
+pat("cpu_kvcache_space_not_set", "CPU backend 0.13-0.19", "VLLM_CPU_KVCACHE_SPACE not set. Using ",
+    r"VLLM_CPU_KVCACHE_SPACE not set\. Using (?P<gib>\d+(?:\.\d+)?) GiB for KV cache",
+    # vllm 0.14.1 vllm/platforms/cpu.py:136 (format_gib), 0.13.0 cpu.py:157 (:.2f)
+    [("WARNING 01-20 10:00:00 [cpu.py:136] VLLM_CPU_KVCACHE_SPACE not set. Using 5.4 GiB for KV cache.", {"gib": "5.4"}),
+     ("WARNING 12-20 10:00:00 [cpu.py:157] VLLM_CPU_KVCACHE_SPACE not set. Using 4.00 GiB for KV cache.", {"gib": "4.00"})],
+    doc="The KV budget the CPU backend chose when the variable is unset (a budget, like cpu_kvcache_space_default).")
 pat("kv_group_sizes", ">=0.30 (only with >1 KV cache group)", ("kv cache group sizes", "kv lcm block sizes"),
-    r"kv (?P<what>cache group|lcm block) sizes (?P<sizes>[\[(][\d, ]*[\])])",
-    [("INFO 11-29 08:41:12 [kv_cache_utils.py:1020] kv cache group sizes (16, 4096)", {"what": "cache group", "sizes": "(16, 4096)"})])
+    r"kv (?P<what>cache group|lcm block) sizes (?P<sizes>[\[(][\d, ]*[\])]|\d+\b)",
+    [("INFO 11-29 08:41:12 [kv_cache_utils.py:1020] kv cache group sizes (16, 4096)", {"what": "cache group", "sizes": "(16, 4096)"}),
+     # vllm 0.33.0 vllm/v1/core/kv_cache_utils.py:866 prints math.lcm(...) of the group sizes: one int
+     ("INFO 11-29 08:41:12 [kv_cache_utils.py:866] kv lcm block sizes 4096", {"what": "lcm block", "sizes": "4096"})])
 pat("num_gpu_blocks_override", "V1 all", "num_gpu_blocks_override",
     r"Overriding num_gpu_blocks=(?P<orig>\d+) with num_gpu_blocks_override=(?P<override>\d+)",
     [("INFO 10-01 10:00:00 [kv_cache_utils.py:700] Overriding num_gpu_blocks=30315 with num_gpu_blocks_override=512",
@@ -423,6 +439,23 @@ pat("v0_profile_breakdown", "~0.6.5-0.10 V0 (2nd line of the memory-profiling me
     [("INFO 07-03 14:17:31 worker.py:232] model weights take 14.99GiB; non_torch_memory takes 0.19GiB; PyTorch activation peak memory takes 1.23GiB; the rest of the memory reserved for KV Cache is 54.78GiB.",
       {"weights": "14.99", "non_torch": "0.19", "peak": "1.23"})],
     doc="What V0 subtracted from total x utilization before sizing the KV cache (facts §4).")
+
+# --- wordings found by the format-string harvest (docs/coverage.md) ----------------------------------
+pat("engine_dump_version", "V1 0.9.2+ (the input dump after an engine crash)", "Dumping input data for V1 LLM engine",
+    r"Dumping input data for V1 LLM engine \(v(?P<version>[^)\s]+)\) with config:",
+    # vllm 0.33.0 vllm/logging_utils/dump_input.py:72 (same words since 0.9.2)
+    [("(EngineCore_DP0 pid=2410) ERROR 09-26 09:14:02 [dump_input.py:72] Dumping input data for V1 LLM engine (v0.11.2) with config: model='Qwen/Qwen3-32B', speculative_config=None, ",
+      {"version": "0.11.2"})],
+    doc="The release, printed again when the engine dies (a crash log may have lost the start-up lines).")
+pat("util_budget_error", "0.32+ (start-up errors after excluding external weights)",
+    ("on startup is less than the engine's budget", "exceed the desired GPU memory utilization"),
+    r"(?P<what>Free memory|Externally held weights) on device (?:(?P<device>\S+) )?\((?P<gib>[\d.]+)/(?P<total>[\d.]+) GiB\) (?:on startup is less than the engine's budget after excluding external process's weights|exceed the desired GPU memory utilization) \((?P<util>[\d.]+), (?P<budget>[\d.]+) GiB\)",
+    # vllm 0.33.0 vllm/v1/worker/utils.py:731 and :741 (ValueError)
+    [("ValueError: Free memory on device cuda:0 (10.5/79.19 GiB) on startup is less than the engine's budget after excluding external process's weights (0.9, 60.2 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.",
+      {"what": "Free memory", "device": "cuda:0", "gib": "10.5", "total": "79.19", "util": "0.9", "budget": "60.2"}),
+     ("ValueError: Externally held weights on device cuda:0 (20.1/79.19 GiB) exceed the desired GPU memory utilization (0.9, 71.27 GiB). Increase GPU memory utilization or reduce GPU memory used by other processes.",
+      {"what": "Externally held weights", "gib": "20.1", "util": "0.9", "budget": "71.27"})],
+    doc="vLLM >= 0.32 refuses to start: free (or externally held) memory against the utilization budget.")
 
 # sub-fields of the stats line tail, parsed only when a stats line matched
 STATS_TAIL = re.compile(

@@ -929,6 +929,22 @@ class Extractor:
         self._event("prompt_exceeds_kv_capacity", self._with(fact, _int(m.group("tokens"))))
         self.facts.engine.append(self._with(fact, "v0", "prompt_exceeds_kv_capacity"))
 
+    # --- handlers for wordings found by the format-string harvest ---------------------------
+
+    def _h_cpu_kvcache_space_not_set(self, m, line, fact):
+        self._budget(fact, "cpu_default", _float(m.group("gib")))
+        self.facts.platform.append(self._with(fact, "cpu", "cpu_kv_budget"))
+
+    def _h_engine_dump_version(self, m, line, fact):
+        self.facts.version.append(self._with(fact, m.group("version"), "engine_dump"))
+        self.facts.engine.append(self._with(fact, "v1", "engine_dump"))
+
+    def _h_util_budget_error(self, m, line, fact):
+        self._config("gpu_memory_utilization", fact, _float(m.group("util")), "util_budget_error")
+        key = "free_gib" if m.group("what") == "Free memory" else "external_weights_gib"
+        self._event("util_budget_error", self._with(fact, {key: _float(m.group("gib")), "total_gib": _float(m.group("total")),
+                                                           "util": _float(m.group("util")), "budget_gib": _float(m.group("budget"))}))
+
     def _h_v0_profile_breakdown(self, m, line, fact):
         self._memory("weights_gib", fact, _float(m.group("weights")))
         self._memory("non_torch_gib", fact, _float(m.group("non_torch")))
