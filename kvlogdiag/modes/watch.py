@@ -1,75 +1,70 @@
-"""``kvlogdiag watch``: live diagnosis behind a running server (``vllm serve ... 2>&1 | kvlogdiag watch``).
+"""The ``watch`` engine: live diagnosis behind a running server (``vllm serve ... 2>&1 | kvlogdiag watch``).
 
 Every input byte is copied to stdout unchanged, so the operator still sees the server's log; the
 figures (bytes per token, KV tokens, max concurrency) and the findings go to stderr as soon as the
-log has decided them, not at the end.
+log has decided them. There is no second engine here — the analysis is ``analyze``'s:
 
-How it works — one analysis path, the same as ``analyze``:
+* bytes → lines: `kvlogdiag.input.incremental.StreamLines`, the reader's lines for bytes arriving in
+  pieces (same numbering, envelopes, prefilter, hard-wrap rejoining; the line the input ends inside
+  is ``unterminated``, so a cut number is never read);
+* lines → `Analysis`: an `kvlogdiag.pipeline.Analyzer` session; a new run starts when the extractor
+  sees the server start again, or when ``watch -f`` sees the file truncated or replaced
+  (`Watcher.restart`). Figures and findings are those of the current run;
+* re-evaluation is throttled by the line stream, not by a timer: after a start-up-complete line, a
+  new run, every `EVAL_EVERY_LINES` fed lines, whenever the input has gone quiet (nothing more to read
+  right now), and at the end;
+* figures are printed only when the run's pairing of memory and token lines is complete
+  (`pairing_complete`) — or when start-up completed, or at the end — and exactly as the `Analysis`
+  states them (watch never pairs ranks itself);
+* findings are the rules' findings (``--select/--ignore/--min-severity`` as for ``analyze``). The first
+  time a rule fires in a run it is printed at once; when its finding changes later (KVD012's count of
+  preemptions, KVD013's peak) it is repeated at most once per ``--repeat-after`` seconds (at once when
+  its severity rose), the latest version, pending repeats before each summary.
 
-* input is read with ``os.read`` on the raw file descriptor (stdin or a followed file); every read
-  echoes its complete lines in one write (a partial line waits for its newline, at most
-  ``PARTIAL_FLUSH_S`` when the input goes quiet, and is written at EOF);
-* the reader's prefilter (`kvlogdiag.pipeline.prefilter`) finds candidate lines in each chunk, as
-  `kvlogdiag.input.reader.iter_lines` does; only those are decoded (`reader.make_line`) and fed to the
-  `Analyzer`'s extractor, which keeps aggregates only (memory stays flat over days);
-* when the facts change, ``derive`` + rule evaluation run again on the current facts (debounced by
-  ``DEBOUNCE_S``, so the four workers of a TP-4 start are one evaluation) and only findings not
-  printed before (key: rule code + evidence line) are printed. Findings without an evidence line
-  usually depend on something *missing* from the log, so they are decided at start-up completion
-  or at the end only;
-* runtime events (preemptions, KV usage at or above 90 %, ``Running: 1`` with a queue) come from
-  the extractor's listener callbacks and are rate-limited per kind (``--repeat-after``).
+Pass-through first, analysis after: each read is echoed before it is analysed, and an exception in the
+analysis is reported once and turns watch into ``cat`` (exit 2 at the end) instead of ending the pipe.
 
-Exit codes: 0/1 by ``--fail-on`` at end of input; 2 on bad options, rules or an unreadable
-``--follow`` target; 130 after SIGINT, 143 after SIGTERM (both after the summary); 141 when the
-reader of stdout goes away (``| head``), quietly.
+`Watcher` is the engine; `run_stdin` and `run_follow` are the loops; `watch_main` takes options and file
+descriptors and returns the exit code (the click command is `kvlogdiag.cli.watch`).
 """
 
 from __future__ import annotations
 
 import errno
+import io
 import json
+import math
 import os
+import select
 import signal
+import stat
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any, Callable
 
-import click
+from kvlogdiag.cli.exit import ExitCode
+from kvlogdiag.errors import KvlogdiagError
+from kvlogdiag.extract.runs import command_only, server_starts
+from kvlogdiag.input.incremental import StreamLines
+from kvlogdiag.input.reader import Line
+from kvlogdiag.pipeline import Analyzer, prefilter
+from kvlogdiag.render.analysis import clean_json, error_lines, fmt_bpt, fmt_gib, fmt_num
+from kvlogdiag.result import Analysis, Finding, InputAnalysis, KVCache, Severity
+from kvlogdiag.rules.engine import RuleLoadError
 
-from kvlogdiag.input.reader import MAX_LINE_BYTES, make_line
+__all__ = ["EVAL_EVERY_LINES", "Emitter", "FollowFile", "StdoutClosed", "Watcher", "pairing_complete", "run_follow",
+           "run_stdin", "watch_main"]
 
 READ_BYTES = 1 << 20  # largest single os.read
-DEBOUNCE_S = 0.03  # facts changed → evaluate after this long (or earlier when the input is idle)
+EVAL_EVERY_LINES = 2000  # fed (candidate) lines between two evaluations while the input keeps coming
 PARTIAL_FLUSH_S = 0.5  # a partial line (progress bar, prompt) is echoed after the input was quiet this long
 ECHO_HOLD_MAX = 1 << 16  # ... or once it is longer than this
 FOLLOW_POLL_S = 0.1  # --follow: how often an idle file is checked for new data, truncation, rotation
 SIGNAL_GRACE_S = 1.0  # after SIGINT/SIGTERM: keep copying stdin until EOF for at most this long
-KV_HIGH_PCT = 90.0
-
-EXIT_SIGINT = 130
-EXIT_SIGTERM = 143
-EXIT_EPIPE = 141
-
-_RUNTIME_KINDS = {
-    "stats_preemptions": "preemption",
-    "preemption_warning": "preemption",
-    "recompute_preempted": "preemption",
-    "kv_usage_high": "kv-usage-high",
-    "single_running": "single-running-with-queue",
-}
-# the rule (by name) that decides whether a runtime kind is a problem; watch only decides when to repeat it
-_RUNTIME_RULE = {"preemption": "preemptions", "kv-usage-high": "kv-usage-high",
-                 "single-running-with-queue": "single-running-with-queue"}
-_RUNTIME_FIX = {
-    "preemption": "Give the KV cache more room (lower --max-num-seqs or --max-model-len, raise "
-                  "--gpu-memory-utilization carefully, add TP/replicas) or reduce the load; check bytes per token.",
-    "kv-usage-high": "KV usage this high precedes preemptions: lower --max-num-seqs, add replicas, or give the KV cache more memory.",
-    "single-running-with-queue": "The KV cache fits one request at a time: lower --max-model-len, or give the KV cache more memory.",
-}
 
 
-class StdoutClosed(Exception):
+class StdoutClosed(KvlogdiagError):
     """The reader of stdout went away (EPIPE)."""
 
 
@@ -80,12 +75,6 @@ class _Stop(Exception):
 
 
 # --- output -----------------------------------------------------------------------------------
-
-
-def _fmt_num(v: Any, digits: int = 0) -> str:
-    from kvlogdiag.render.analysis import fmt_num
-
-    return fmt_num(v, digits)
 
 
 class Emitter:
@@ -116,7 +105,7 @@ class Emitter:
             self.broken = True
 
     def json(self, obj: dict) -> None:
-        self._write(json.dumps(_json_safe(obj), ensure_ascii=False, allow_nan=False) + "\n")
+        self._write(json.dumps(clean_json(obj), ensure_ascii=False, allow_nan=False) + "\n")
 
     def text(self, parts: list[tuple[str, str | None]]) -> None:
         """``parts``: (text, rich style or None); lines separated by "\\n" inside the text."""
@@ -135,43 +124,93 @@ class Emitter:
         self._write("".join(s for s, _ in parts) + "\n")
 
 
-_SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
-_SEV_ORDER = {"error": 0, "warning": 1, "info": 2}
+_SEV_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 
 
-def _json_safe(obj: Any) -> Any:
-    """JSON-safe copy: non-finite floats → None, tuples/sets → lists, other objects → str."""
-    import math
-
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {str(k): _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple, set)):
-        return [_json_safe(v) for v in obj]
-    if obj is None or isinstance(obj, (str, int, bool)):
-        return obj
-    return str(obj)
+# --- what is decided ------------------------------------------------------------------------------
 
 
-# --- runtime rate limiting --------------------------------------------------------------------
+def pairing_complete(kv: KVCache) -> bool:
+    """The run's memory and token lines are all paired, each line used once: the figures are final.
+
+    While the ranks of a start are still reporting, the pairing of a prefix can combine one rank's
+    memory with another rank's token count (TP2's 37.01 GiB with the first token line: 81,827 B/token
+    instead of 81,919); such a prefix is never printed. Complete means: every memory line has its token
+    line (as many token lines as memory lines — or, for V0, the executor's one block count after the
+    workers' profiles), and no memory or token line is used in two pairings.
+    """
+    ranks = kv.ranks
+    if not ranks:
+        return False
+    memory = [r.memory_line for r in ranks]
+    tokens = [r.tokens_line for r in ranks]
+    if len(set(memory)) != len(memory) or len(set(tokens)) != len(tokens):
+        return False
+    if kv.tokens:
+        return len(kv.tokens) >= len(kv.available_gib or kv.kv_budget)
+    return bool(kv.gpu_blocks)
 
 
+def _smallest_concurrency(kv: KVCache) -> dict | None:
+    return min(kv.max_concurrency, key=lambda c: c["concurrency"]) if kv.max_concurrency else None
+
+
+def _figures_event(a: Analysis) -> dict[str, Any]:
+    kv = a.kv_cache
+    budgets = [b["gib"] for b in kv.kv_budget]
+    return {
+        "bytes_per_token": kv.bytes_per_token, "bytes_per_token_kind": kv.bytes_per_token_kind,
+        "tokens_min": min(kv.tokens) if kv.tokens else None, "tokens": list(kv.tokens),
+        "gpu_blocks": list(kv.gpu_blocks),
+        "available_gib_min": min(kv.available_gib) if kv.available_gib else None,
+        "kv_budget_gib_min": min(budgets) if budgets else None,
+        "max_concurrency": _smallest_concurrency(kv),
+        "ranks": [{"rank": r.rank, "available_gib": r.available_gib, "tokens": r.tokens,
+                   "bytes_per_token": r.bytes_per_token, "dp_group": r.dp_group, "run": r.run,
+                   "memory_line": r.memory_line, "tokens_line": r.tokens_line} for r in kv.ranks],
+        "note": kv.bytes_per_token_note, "errors": error_lines(a),
+    }
+
+
+def _figures_text(ev: dict) -> str:
+    parts = []
+    if ev.get("bytes_per_token") is not None:
+        kind = f" [{ev['bytes_per_token_kind']}]" if ev.get("bytes_per_token_kind") else ""
+        parts.append(f"bytes/token {fmt_bpt(ev['bytes_per_token'])} per rank{kind}")
+    else:
+        parts.append("bytes/token —")
+    if ev.get("tokens_min") is not None:
+        n = len(ev.get("tokens") or [])
+        parts.append(f"KV cache {ev['tokens_min']:,} tokens" + (f" (smallest of {n})" if n > 1 else ""))
+    elif ev.get("gpu_blocks"):
+        parts.append(f"{min(ev['gpu_blocks']):,} KV blocks")
+    if ev.get("available_gib_min") is not None:
+        parts.append(f"available {fmt_gib(ev['available_gib_min'])}")
+    elif ev.get("kv_budget_gib_min") is not None:
+        parts.append(f"KV budget {fmt_gib(round(ev['kv_budget_gib_min'], 4))}")
+    conc = ev.get("max_concurrency")
+    if conc:
+        parts.append(f"max concurrency {conc['concurrency']:.2f}x @ {conc['tokens_per_request']:,} tokens")
+    text = " · ".join(parts)
+    if ev.get("note"):
+        text += f" · note: {ev['note']}"
+    for e in ev.get("errors") or []:
+        text += f"\n    error: {e}"
+    return text
+
+
+@dataclass
 class _Rate:
-    """One runtime finding kind: its rule, when it was last reported and what happened since."""
+    """One rule in the current run: what was printed, when, and the newer finding held back."""
 
-    __slots__ = ("rule", "suppressed", "last_report", "pending", "amount", "peak", "fact", "total", "total_amount")
+    printed: Finding
+    last_report: float
+    reports: int = 1
+    pending: Finding | None = None
 
-    def __init__(self, rule, suppressed: bool) -> None:
-        self.rule = rule  # the loaded Rule that decides it, or None (watch's own report)
-        self.suppressed = suppressed  # the rule exists but --select/--ignore left it out
-        self.last_report: float | None = None
-        self.pending = 0  # occurrences not reported yet
-        self.amount = 0  # preemptions counted in those occurrences
-        self.peak: float | None = None  # highest KV usage among them
-        self.fact = None  # the latest one (its line is cited)
-        self.total = 0
-        self.total_amount = 0
+
+def _same(a: Finding, b: Finding) -> bool:
+    return (a.severity, a.message, a.line, a.rank) == (b.severity, b.message, b.line, b.rank)
 
 
 # --- input sources ----------------------------------------------------------------------------
@@ -204,7 +243,7 @@ class FollowFile:
                 self.waiting_noted = True
             return False
         st = os.fstat(fd)
-        if not _is_regular(st.st_mode):
+        if not stat.S_ISREG(st.st_mode):
             os.close(fd)
             raise OSError(errno.EINVAL, f"{self.path}: not a regular file")
         where = os.lseek(fd, 0, os.SEEK_END) if at_end else 0
@@ -259,22 +298,14 @@ class FollowFile:
             self.fd = None
 
 
-def _is_regular(mode: int) -> bool:
-    import stat
-
-    return stat.S_ISREG(mode)
-
-
 # --- the watcher ------------------------------------------------------------------------------
 
 
 class Watcher:
-    """Echo + incremental analysis of one stream of log bytes."""
+    """Echo + incremental analysis of one stream of log bytes, on the shared pipeline."""
 
-    def __init__(self, analyzer, emitter: Emitter, echo: bool = True, repeat_after: float = 300.0,
-                 source: str = "<stdin>", out_fd: int = 1, clock: Callable[[], float] = time.monotonic):
-        from kvlogdiag.pipeline import prefilter
-
+    def __init__(self, analyzer: Analyzer, emitter: Emitter, echo: bool = True, repeat_after: float = 300.0,
+                 source: str = "-", out_fd: int = 1, clock: Callable[[], float] = time.monotonic):
         self.analyzer = analyzer
         self.opts = analyzer.options
         self.emit = emitter
@@ -283,43 +314,117 @@ class Watcher:
         self.source = source
         self.out_fd = out_fd
         self.clock = clock
-        self.ex = analyzer.new_extractor(source)
-        self.ex.listeners.append(self._on_event)
-        self.pf = None if analyzer.needs_every_line else prefilter()
-        self.spans = _span_finder()
-        # line splitting (analysis side)
-        self.number = 0  # complete lines seen
-        self.long_lines = 0
-        self.carry = b""  # partial line for the analysis (capped at MAX_LINE_BYTES)
-        self.skipping = False  # inside the dropped tail of an over-long line
-        # echo side
+        self.session = analyzer.session(source)
+        self.session.extractor.listeners.append(self._on_event)
+        self.lines = StreamLines(None if analyzer.needs_every_line else prefilter())
         self.echo_tail = b""  # bytes of a partial line not echoed yet
         self.last_input = clock()
-        # evaluation
-        self.dirty_since: float | None = None
-        self.eval_cost = 0.0
-        self.signature: tuple | None = None
-        self.printed: set[tuple] = set()  # (rule, line) and (rule, severity, message) already printed
-        self.figures_key: tuple | None = None
-        self.summary_due: list[tuple[str, Any]] = []
+        self.position = 0  # the line the analysis has reached
+        self.fed_since_eval = 0
+        self.dirty = False
+        self.known_starts = 1  # server starts announced (`server_starts`: a run of only a pasted command folds)
+        self._runs_seen = 1  # the extractor's runs when the starts were last counted
+        self._last_folds = False  # the extractor's last run is (so far) no server start of its own
+        self.run_lines = 0  # lines fed since the extractor's current run began
+        self.startup_seen = False
         self.started_runs: set[int] = set()
+        self.analysis: Analysis | None = None  # the current run's latest evaluation
+        self.figures_key: tuple | None = None
+        self.rates: dict[str, _Rate] = {}  # rule code → rate state, current run
+        self.reports = 0  # findings printed (all runs)
         self.rule_error_seen: set[str] = set()
-        self.analysis: dict | None = None
-        self.runtime: dict[str, _Rate] = {}
-        self._all_rule_names: set[str] | None = None
-        self.runtime_findings: list[dict] = []  # runtime reports printed (counted in the summary)
         self.fatal = False
+        self.failed: str | None = None  # the internal error that stopped the analysis
 
     # -- bytes in --------------------------------------------------------------------------------
 
     def take(self, data: bytes) -> None:
-        """One read's worth of input: echo the complete lines, analyse the candidate lines."""
-        now = self.clock()
-        self.last_input = now
+        """One read's worth of input: echo it first, then analyse it."""
+        self.last_input = self.clock()
         if self.echo:
             self._echo(data)
-        self._analyse(data)
-        self._after_chunk(now)
+        self._guard(self._feed_lines, lambda: self.lines.feed(data))
+
+    def idle(self) -> None:
+        """Nothing more to read right now: bring the analysis up to date with what was read."""
+        def settle() -> None:
+            self._feed_lines(self.lines.settle)
+            if self.dirty:
+                self.position = max(self.position, self.lines.stats.lines)
+                self.evaluate()
+
+        self._guard(settle)
+
+    def end_of_part(self) -> None:
+        """The input (or the followed file's current content) ended: its last partial line is complete."""
+        if self.echo:
+            self.flush_partial_echo()
+        self._guard(self._feed_lines, self.lines.end)
+
+    def restart(self, reason: str) -> None:
+        """``watch -f``: the file was truncated or replaced — the server was restarted: a new run.
+
+        It is announced (and the old one closed) once the new file shows vLLM output, as `server_starts`
+        counts runs."""
+        def new_run() -> None:
+            if self.run_lines:
+                self.session.new_run(reason, self.lines.stats.lines + 1)
+                self.run_lines = 0
+
+        self._guard(new_run)
+
+    def _guard(self, fn: Callable, *args: Any) -> None:
+        if self.failed is not None:
+            return
+        try:
+            fn(*args)
+        except (StdoutClosed, _Stop):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the pass-through must outlive any analysis bug
+            self._fail(exc)
+
+    def _fail(self, exc: BaseException) -> None:
+        self.failed = f"{type(exc).__name__}: {exc}"
+        self.note(f"internal error at line {self.position:,} ({self.failed}); passing the log through unchanged",
+                  kind="error")
+
+    def _feed_lines(self, get: Callable[[], list[Line]]) -> None:
+        for line in get():
+            self._feed(line)
+
+    def _feed(self, line: Line) -> None:
+        runs = self.session.runs
+        before = len(runs)
+        self.session.feed(line)
+        self.position = line.number
+        self.fed_since_eval += 1
+        self.run_lines = 1 if len(runs) != before else self.run_lines + 1
+        self.dirty = True
+        if len(runs) != self._runs_seen or self._last_folds:
+            starts = self._count_starts()
+            if starts != self.known_starts:
+                self._run_changed(starts)
+        if self.startup_seen:
+            self.startup_seen = False
+            # vLLM prints three start-up markers (API server, Uvicorn, Application startup complete): one summary per run
+            if self.known_starts - 1 not in self.started_runs:
+                self.started_runs.add(self.known_starts - 1)
+                self.summary("startup_complete", self.evaluate())
+        if self.fed_since_eval >= EVAL_EVERY_LINES:
+            self.evaluate()
+
+    def _count_starts(self) -> int:
+        """Server starts so far, as `server_starts` counts them (only while a run might still fold)."""
+        runs = self.session.runs
+        self._runs_seen = len(runs)
+        self._last_folds = len(runs) > 1 and command_only(runs[-1])
+        return 1 + sum(1 for f in runs[1:] if not command_only(f))
+
+    def _on_event(self, kind: str, fact: Any) -> None:
+        if kind == "startup_complete":
+            self.startup_seen = True
+
+    # -- echo ------------------------------------------------------------------------------------
 
     def _echo(self, data: bytes) -> None:
         tail = self.echo_tail
@@ -353,8 +458,6 @@ class Watcher:
             except BrokenPipeError:
                 raise StdoutClosed from None
             except BlockingIOError:
-                import select
-
                 select.select([], [fd], [])
                 continue
             except OSError as exc:
@@ -363,400 +466,230 @@ class Watcher:
                 raise
             view = view[n:]
 
-    def _analyse(self, data: bytes) -> None:
-        if self.skipping:
-            nl = data.find(b"\n")
-            if nl < 0:
-                return
-            data = data[nl:]  # keep the newline so the cut line still ends
-            self.skipping = False
-        carry = self.carry
-        cut = data.rfind(b"\n")
-        if cut < 0:
-            carry = carry + data if carry else data
-            if len(carry) > MAX_LINE_BYTES:
-                carry = carry[:MAX_LINE_BYTES]
-                self.skipping = True
-            self.carry = carry
-            return
-        chunk = carry + data[: cut + 1] if carry else (data if cut + 1 == len(data) else data[: cut + 1])
-        rest = data[cut + 1:]
-        if len(rest) > MAX_LINE_BYTES:
-            rest = rest[:MAX_LINE_BYTES]
-            self.skipping = True
-        self.carry = rest
-        self._lines(chunk)
-
-    def _lines(self, chunk: bytes) -> None:
-        """Feed the candidate lines of ``chunk`` (complete lines, or the final partial one)."""
-        feed = self.ex.feed
-        number = self.number
-        if self.pf is None:
-            parts = chunk.split(b"\n")
-            if parts and parts[-1] == b"":
-                parts.pop()
-            for part in parts:
-                number += 1
-                if len(part) > MAX_LINE_BYTES:
-                    part = part[:MAX_LINE_BYTES]
-                    self.long_lines += 1
-                self.number = number
-                feed(make_line(number, part))
-                if self.summary_due:
-                    self._summaries_due()
-            self.number = number
-            return
-        count = chunk.count
-        pos = 0
-        for start, end in self.spans(chunk, self.pf):
-            number += count(b"\n", pos, start)
-            part = chunk[start:end]
-            if len(part) > MAX_LINE_BYTES:
-                part = part[:MAX_LINE_BYTES]
-                self.long_lines += 1
-            self.number = number + 1  # the line being fed (events read it)
-            feed(make_line(number + 1, part))
-            if self.summary_due:
-                self._summaries_due()
-            pos = end
-        number += count(b"\n", pos)
-        if not chunk.endswith(b"\n"):
-            number += 1
-        self.number = number
-
-    def end_of_file_part(self) -> None:
-        """The input (or the followed file's current content) ended: its last partial line is complete."""
-        if self.echo:
-            self.flush_partial_echo()
-        if self.carry and not self.skipping:
-            carry, self.carry = self.carry, b""
-            self._lines(carry)
-        self.carry = b""
-        self.skipping = False
-        self._after_chunk(self.clock())
-
-    # -- events ----------------------------------------------------------------------------------
-
-    def _on_event(self, kind: str, fact) -> None:
-        if self.dirty_since is None:
-            self.dirty_since = self.clock()
-        rk = _RUNTIME_KINDS.get(kind)
-        if rk is not None:
-            self._runtime(rk, kind, fact)
-        elif kind == "startup_complete" and fact.run not in self.started_runs:
-            # vLLM prints three start-up markers (API server, Uvicorn, Application startup
-            # complete): one summary per server start
-            self.started_runs.add(fact.run)
-            self.summary_due.append(("startup_complete", fact.line))
-
-    def _summaries_due(self) -> None:
-        """Between two lines: evaluate now and print the start-up summary (the facts are complete up to here)."""
-        self.evaluate(final=False)
-        for reason, line in self.summary_due:
-            self.summary(reason, line)
-        self.summary_due.clear()
-
-    def _signature(self) -> tuple:
-        f = self.ex.facts
-        st = f.stats
-        return (len(f.version), len(f.engine), len(f.platform), sum(len(v) for v in f.config.values()), len(f.env),
-                len(f.available), len(f.kv_budget), len(f.tokens), len(f.blocks), len(f.concurrency),
-                sum(len(v) for v in f.memory.values()), sum(f.event_counts.values()), len(f.insufficient_kv),
-                f.preemption_warning_count, f.recompute_preemptions, st.preemptions_total, st.kv_usage_high_lines,
-                st.single_running_with_queue, st.kv_usage_max, st.running_max, st.waiting_max, st.lines > 0,
-                st.busy_lines > 0, st.prefix_hit_last is None, len(st.engines), f.startup_complete is None,
-                tuple((k, v[0]) for k, v in f.line_hits.items()))
-
-    def _after_chunk(self, now: float) -> None:
-        sig = self._signature()
-        if sig != self.signature:
-            self.signature = sig
-            if self.dirty_since is None:
-                self.dirty_since = now
-        if self.summary_due:
-            self._summaries_due()
+    # -- timers ----------------------------------------------------------------------------------
 
     def next_deadline(self) -> float | None:
         """When `tick` has something to do (monotonic time), or None."""
         ds = []
-        if self.dirty_since is not None:
-            ds.append(self.dirty_since + DEBOUNCE_S + min(self.eval_cost * 4, 0.05))
         if self.echo_tail:
             ds.append(self.last_input + PARTIAL_FLUSH_S)
-        for r in self.runtime.values():
-            if r.pending and r.last_report is not None:
-                ds.append(r.last_report + self.repeat_after)
+        ds += [r.last_report + self.repeat_after for r in self.rates.values() if r.pending is not None]
         return min(ds) if ds else None
 
     def tick(self, now: float | None = None) -> None:
-        """Run whatever is due: a debounced evaluation, an idle partial line, rate-limited reports."""
+        """Run whatever is due: an idle partial line, rule findings whose repeat interval is over."""
         now = self.clock() if now is None else now
-        if self.dirty_since is not None and now >= self.dirty_since + DEBOUNCE_S + min(self.eval_cost * 4, 0.05):
-            self.evaluate(final=False)
         if self.echo_tail and now >= self.last_input + PARTIAL_FLUSH_S:
             self.flush_partial_echo()
-        for name, r in self.runtime.items():
-            if r.pending and r.last_report is not None and now >= r.last_report + self.repeat_after:
-                self._report_runtime(name, r, now)
+        if self.failed is None:
+            for r in list(self.rates.values()):
+                if r.pending is not None and now >= r.last_report + self.repeat_after:
+                    self._report(r.pending, now, r)
 
     # -- evaluation ------------------------------------------------------------------------------
 
-    def evaluate(self, final: bool) -> dict:
-        from kvlogdiag.rules.engine import RuleLoadError
-
-        t0 = time.perf_counter()
-        facts = self.ex.finish(self.number, self.long_lines)
+    def _analyse(self, index: int) -> Analysis:
+        """One server start's `Analysis` of the lines read so far (what `Session.analyses` gives for it)."""
+        st = self.lines.stats
+        s = self.session
+        s.extractor.finish(st.lines, st.long_lines)
         try:
-            a = self.analyzer.analyze_facts(facts)
+            return s.analyzer.analyze_facts(server_starts(s.runs)[index])
         except RuleLoadError as exc:  # --strict-rules
             self.note(str(exc), kind="error")
             self.fatal = True
-            raise _Stop(2) from None
-        self.eval_cost = time.perf_counter() - t0
-        self.dirty_since = None
-        self.analysis = a
-        now = self.clock()
-        for e in self.analyzer.rule_errors:
+            raise _Stop(int(ExitCode.ERROR)) from None
+
+    def _rule_errors(self) -> None:
+        errors = self.analyzer.rule_errors
+        for e in errors:
             if e.message not in self.rule_error_seen:
                 self.rule_error_seen.add(e.message)
                 self.note(f"rule error: {e.message}", kind="rule_error")
-        if self.analyzer.rule_errors and self.opts.strict_rules:
+        if errors and self.opts.strict_rules:
             self.fatal = True
-        del self.analyzer.rule_errors[:]
-        self._figures(a, final)
-        decided = final or self.ex.facts.startup_complete is not None
-        for f in a["findings"]:
-            if f["line"] is None and not decided:
-                continue  # may depend on something the log has not reached yet
-            key = (f["rule"], f["line"])
-            same = (f["rule"], f["severity"], f["message"])
-            if key in self.printed or same in self.printed:
-                continue  # printed before (or the same words, now cited from a later line)
-            self.printed.add(key)
-            self.printed.add(same)
-            self._finding(f, kind="rule")
-        if self.runtime:
-            self._rule_reported(a, now)
+        del errors[:]
+
+    def evaluate(self, final: bool = False) -> Analysis:
+        """Analyse the current run; print its figures and findings that are new or due."""
+        a = self._analyse(-1)
+        self.analysis = a
+        self.dirty = False
+        self.fed_since_eval = 0
+        self._rule_errors()
+        decided = final or a.run.index in self.started_runs
+        self._figures(a, decided)
+        now = self.clock()
+        shown = a.visible_findings(self.opts.min_severity)
+        fired = {f.rule for f in shown}
+        for code in [c for c in self.rates if c not in fired]:
+            self._withdraw(code)
+        for f in shown:
+            if f.line is None and not decided:
+                continue  # usually about something the log has not reached yet ("ends before the KV sizing")
+            r = self.rates.get(f.rule)
+            if r is None:
+                self._report(f, now, None)
+            elif _same(f, r.printed):
+                r.pending = None
+            elif f.severity > r.printed.severity or now >= r.last_report + self.repeat_after:
+                self._report(f, now, r)
+            else:
+                r.pending = f
         return a
 
-    def _figures(self, a: dict, final: bool = False) -> None:
-        from kvlogdiag.render.analysis import error_lines
-
-        kv = a["kv_cache"]
-        bpt = kv["bytes_per_token"]
-        conc = min(kv["max_concurrency"], key=lambda c: c["concurrency"]) if kv["max_concurrency"] else None
-        budgets = [b["gib"] for b in kv["kv_budget"]]
-        errors = error_lines(a)
-        key = (None if bpt is None else round(bpt), tuple(kv["tokens"]), tuple(kv["gpu_blocks"]),
-               None if conc is None else (conc["tokens_per_request"], conc["concurrency"]),
-               tuple(kv["available_gib"]), tuple(budgets), tuple(errors), kv.get("bytes_per_token_note"))
+    def _figures(self, a: Analysis, decided: bool, line: int | None = None) -> None:
+        kv = a.kv_cache
+        ev = _figures_event(a)
+        if not (pairing_complete(kv) or ev["errors"] or (decided and (kv.ranks or kv.available_gib or kv.kv_budget
+                                                                           or kv.tokens or kv.gpu_blocks))):
+            return  # the ranks are still reporting: a partial pairing may mix them
+        key = (a.run.index, json.dumps(clean_json(ev), sort_keys=True))
         if key == self.figures_key:
             return
-        if not kv["tokens"] and not kv["gpu_blocks"] and not errors and not (final and (kv["available_gib"] or budgets)):
-            return  # a memory figure alone: wait for the token count (or an error) that follows it
         self.figures_key = key
-        ev = {
-            "event": "figures", "source": self.source, "line": self.number,
-            "bytes_per_token": bpt, "bytes_per_token_kind": kv["bytes_per_token_kind"],
-            "tokens_min": min(kv["tokens"]) if kv["tokens"] else None,
-            "tokens": kv["tokens"], "gpu_blocks": kv["gpu_blocks"],
-            "available_gib_min": min(kv["available_gib"]) if kv["available_gib"] else None,
-            "kv_budget_gib_min": min(budgets) if budgets else None,
-            "max_concurrency": conc,
-            "ranks": [{"rank": r["rank"], "available_gib": r["available_gib"], "tokens": r["tokens"],
-                       "bytes_per_token": r["bytes_per_token"], "dp_group": r["dp_group"], "run": r["run"]}
-                      for r in kv["bytes_per_token_by_rank"]],
-            "note": kv.get("bytes_per_token_note"), "errors": errors,
-        }
+        line = self.position if line is None else line
         if self.emit.fmt == "json":
-            self.emit.json(ev)
+            self.emit.json({"event": "figures", "source": self.source, "line": line, "run": a.run.index, **ev})
             return
-        self.emit.text([("kvlogdiag: ", "dim"), (f"figures (at line {self.number:,}): ", "bold"),
+        self.emit.text([("kvlogdiag: ", "dim"), (f"figures (at line {line:,}): ", "bold"),
                         (_figures_text(ev), None)])
 
-    def _finding(self, f: dict, kind: str, count: int | None = None, since: float | None = None) -> None:
-        if kind == "runtime":
-            self.runtime_findings.append(f)
-        if _SEV_ORDER.get(f["severity"], 2) > _SEV_ORDER.get(self.opts.min_severity, 2):
-            return
+    def _report(self, f: Finding, now: float, r: _Rate | None) -> None:
+        """Print a rule finding: its first report in this run (``r`` None) or a repeat."""
+        since = None if r is None else now - r.last_report
+        if r is None:
+            r = self.rates[f.rule] = _Rate(f, now)
+        else:
+            r.printed, r.last_report, r.pending = f, now, None
+            r.reports += 1
+        self.reports += 1
+        run = self.analysis.run.index if self.analysis is not None else 0
         if self.emit.fmt == "json":
-            ev = {"event": "finding", "kind": kind, "source": self.source, "rule": f.get("rule"), "name": f["name"],
-                  "severity": f["severity"], "message": f["message"], "fix": f.get("fix"), "line": f.get("line"),
-                  "rank": f.get("rank"), "evidence": f.get("evidence")}
-            if kind == "runtime":
-                ev["count"] = count
-                ev["since_s"] = since
-            self.emit.json(ev)
+            self.emit.json({"event": "finding", "kind": "rule", "source": self.source, "run": run, **f.to_json(),
+                            "repeat": r.reports - 1, "since_s": None if since is None else round(since, 3)})
             return
-        loc = f" (line {f['line']:,})" if f.get("line") else ""
-        head = f"{f['rule']} " if f.get("rule") else "runtime "
-        parts = [("kvlogdiag: ", "dim"), (head, "bold"), (f"[{f['severity']}] ", _SEV_STYLE.get(f["severity"])),
-                 (f"{f['name']}{loc}: ", "bold"), (f["message"], None)]
-        if f.get("fix"):
-            parts.append((f"\n    fix: {f['fix']}", "dim"))
+        loc = f" (line {f.line:,})" if f.line else ""
+        again = f", again after {since:,.0f} s" if since is not None else ""
+        parts = [("kvlogdiag: ", "dim"), (f"{f.rule} ", "bold"), (f"[{f.severity.label}] ", _SEV_STYLE.get(f.severity)),
+                 (f"{f.name}{loc}{again}: ", "bold"), (f.message, None)]
+        if f.fix and since is None:
+            parts.append((f"\n    fix: {f.fix}", "dim"))
         self.emit.text(parts)
 
-    def note(self, message: str, kind: str = "note") -> None:
+    def _withdraw(self, code: str) -> None:
+        """A printed finding no longer holds (its rule read a line that came later, e.g. the KV error
+        printed after 'EngineCore failed to start'): say so; if it fires again it is new."""
+        r = self.rates.pop(code)
+        f = r.printed
+        msg = f"{code} {f.name} no longer holds at line {self.position:,}: the lines read since changed it"
         if self.emit.fmt == "json":
-            self.emit.json({"event": "note", "kind": kind, "source": self.source, "message": message})
+            self.emit.json({"event": "note", "kind": "withdrawn", "source": self.source, "rule": code, "name": f.name,
+                            "line": self.position, "message": msg})
         else:
-            self.emit.text([("kvlogdiag: ", "dim"), (f"{kind.replace('_', ' ')}: " if kind != "note" else "note: ",
-                                                    "bold red" if kind == "error" else "bold"), (message, None)])
+            self.note(msg, kind="withdrawn")
 
-    # -- runtime findings ------------------------------------------------------------------------
-
-    def _rule_for(self, name: str) -> tuple[Any, bool]:
-        """(selected rule deciding this runtime kind or None, True when such a rule exists but was deselected)."""
-        wanted = _RUNTIME_RULE.get(name)
-        for rule in self.analyzer.rules.rules:
-            if rule.name == wanted:
-                return rule, False
-        if self._all_rule_names is None:
-            from kvlogdiag.rules.engine import RuleLoadError, load_rules
-
-            try:
-                self._all_rule_names = {r.name for r in load_rules(self.opts.rule_dirs).rules}
-            except RuleLoadError:
-                self._all_rule_names = set()
-        return None, wanted in self._all_rule_names
-
-    def _runtime(self, name: str, kind: str, fact) -> None:
-        r = self.runtime.get(name)
-        if r is None:
-            rule, suppressed = self._rule_for(name)
-            r = self.runtime[name] = _Rate(rule, suppressed)
-        if r.suppressed:
-            return
-        r.pending += 1
-        r.total += 1
-        if kind == "stats_preemptions":
-            n = int(fact.value or 0)
-        elif kind in ("preemption_warning", "recompute_preempted"):
-            n = 1
-        else:
-            n = 0
-        r.amount += n
-        r.total_amount += n
-        if kind == "kv_usage_high":
-            u = float(fact.value)
-            r.peak = u if r.peak is None else max(r.peak, u)
-        r.fact = fact
-        if r.rule is None and r.last_report is None:
-            self._report_runtime(name, r, self.clock())  # no rule decides it: report the first one at once
-        # with a rule: the evaluation that follows (debounced) prints the rule's finding as the first report
-
-    def _rule_reported(self, a: dict, now: float) -> None:
-        """After an evaluation: a runtime rule that fired for the first time counts as its first report."""
-        fired = {f["rule"] for f in a["findings"]}
-        for r in self.runtime.values():
-            if r.rule is not None and r.last_report is None and r.rule.code in fired:
-                r.last_report = now
-                r.pending = r.amount = 0
-                r.peak = None
-
-    def _report_runtime(self, name: str, r: _Rate, now: float) -> None:
-        since = None if r.last_report is None else now - r.last_report
-        count = r.pending
-        fact = r.fact
-        if name == "preemption":
-            what = f"{r.amount:,} preemption{'s' if r.amount != 1 else ''}"
-            if since is None:
-                msg = f"vLLM preempted requests: {what} (the KV cache ran out of blocks; preempted requests are recomputed or swapped)"
-            else:
-                msg = (f"{r.amount:,} more preemption{'s' if r.amount != 1 else ''} in {count:,} line{'s' if count != 1 else ''} "
-                       f"since the last report {since:,.0f} s ago; {r.total_amount:,} in total")
-        elif name == "kv-usage-high":
-            if since is None:
-                msg = f"KV cache usage reached {r.peak:.1f} % (≥ {KV_HIGH_PCT:g} %): preemptions follow when it fills"
-            else:
-                msg = (f"KV cache usage ≥ {KV_HIGH_PCT:g} % in {count:,} more stats line{'s' if count != 1 else ''} since the last report {since:,.0f} s ago "
-                       f"(peak {r.peak:.1f} %); {r.total:,} in total")
-        else:
-            if since is None:
-                msg = "Running: 1 request while others wait: the KV cache admits only one request at a time"
-            else:
-                msg = (f"Running: 1 request with a queue in {count:,} more stats line{'s' if count != 1 else ''} since the last report "
-                       f"{since:,.0f} s ago; {r.total:,} in total")
-        severity = "warning"
-        if r.rule is not None and self.analysis is not None:
-            severity = next((f["severity"] for f in self.analysis["findings"] if f["rule"] == r.rule.code), r.rule.max_severity())
-        f = {"rule": r.rule.code if r.rule is not None else None, "name": r.rule.name if r.rule is not None else name,
-             "severity": severity, "message": msg, "fix": None if since is not None else _RUNTIME_FIX[name],
-             "line": fact.line if fact is not None else None, "rank": fact.rank if fact is not None else None,
-             "evidence": fact.raw if fact is not None else None}
-        r.last_report = now
-        r.pending = 0
-        r.amount = 0
-        r.peak = None
-        self._finding(f, kind="runtime", count=count, since=since)
-
-    def flush_runtime(self) -> None:
-        """Before a summary: report what the rate limit held back (runtime kinds already reported once)."""
+    def flush_pending(self) -> None:
+        """Before a summary or a new run: the latest version of every finding the rate limit held back."""
         now = self.clock()
-        for name, r in self.runtime.items():
-            if r.pending and r.last_report is not None:
-                self._report_runtime(name, r, now)
+        for r in list(self.rates.values()):
+            if r.pending is not None:
+                self._report(r.pending, now, r)
+
+    def _run_changed(self, starts: int) -> None:
+        """A new server start (the extractor saw a restart, or `restart` after a truncation): close the
+        old run with its complete figures and findings and a summary, then announce the new one."""
+        old_index = self.known_starts - 1
+        self.known_starts = starts
+        old = self._analyse(old_index)  # complete: the last figures and findings of that start
+        self._rule_errors()
+        self.analysis = old
+        self._figures(old, True, old.run.last_line)
+        now = self.clock()
+        for f in old.visible_findings(self.opts.min_severity):
+            r = self.rates.get(f.rule)
+            if r is None or not _same(f, r.printed):
+                self._report(f, now, r)
+        self.summary("run_end", old)
+        new = server_starts(self.session.runs)[-1]
+        self.rates = {}
+        self.figures_key = None
+        self.analysis = None
+        self.fed_since_eval = 0
+        started = new.started_by
+        reason = started if started in ("truncated", "rotated") else "restart"
+        if self.emit.fmt == "json":
+            self.emit.json({"event": "run", "source": self.source, "index": new.run_index, "first_line": new.first_line,
+                            "reason": reason, "started_by": started})
+        else:
+            why = {"truncated": "the followed file was truncated", "rotated": "the followed file was replaced"}.get(
+                reason, f"the server started again ({started})")
+            self.emit.text([("kvlogdiag: ", "dim"), (f"new run (server start {new.run_index + 1}) ", "bold"),
+                            (f"at line {new.first_line:,}: {why}; figures and findings below are for this run", None)])
 
     # -- summary and exit ------------------------------------------------------------------------
 
-    def summary(self, reason: str, line: int | None = None, exit_code: int | None = None) -> None:
-        a = self.analysis
+    def summary(self, reason: str, a: Analysis | None, exit_code: int | None = None, final: bool = False,
+                result: InputAnalysis | None = None) -> None:
         if a is None:
             return
-        counts = {s: 0 for s in ("error", "warning", "info")}
+        counts = {s.label: 0 for s in (Severity.ERROR, Severity.WARNING, Severity.INFO)}
         codes: list[str] = []
-        for f in a["findings"]:
-            counts[f["severity"]] = counts.get(f["severity"], 0) + 1
-            if f["rule"] not in codes:
-                codes.append(f["rule"])
-        rt = a["runtime"]
-        kv = a["kv_cache"]
-        c = a["config"]
-        conc = min(kv["max_concurrency"], key=lambda x: x["concurrency"]) if kv["max_concurrency"] else None
+        for f in a.visible_findings(self.opts.min_severity):
+            counts[f.severity.label] += 1
+            if f.rule not in codes:
+                codes.append(f.rule)
+        rt = a.runtime
+        kv = a.kv_cache
+        c = a.config
+        conc = _smallest_concurrency(kv)
+        line = self.position if reason != "run_end" else a.run.last_line
         ev: dict[str, Any] = {
-            "event": "summary", "reason": reason, "source": self.source, "line": line if line is not None else self.number,
-            "lines_read": self.number, "runs": a.get("runs", 1),
-            "vllm": a["vllm"],
+            "event": "summary", "reason": reason, "source": self.source, "line": line,
+            "lines_read": self.lines.stats.lines, "runs": self.known_starts, "run": a.run.to_json(),
+            "vllm": a.vllm.to_json(),
             "config": {k: c.get(k) for k in ("model", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size",
                                              "max_model_len", "block_size", "gpu_memory_utilization", "kv_cache_dtype")},
-            "bytes_per_token": kv["bytes_per_token"], "bytes_per_token_kind": kv["bytes_per_token_kind"],
-            "tokens_min": min(kv["tokens"]) if kv["tokens"] else None,
+            "bytes_per_token": kv.bytes_per_token, "bytes_per_token_kind": kv.bytes_per_token_kind,
+            "tokens_min": min(kv.tokens) if kv.tokens else None,
             "max_concurrency": conc,
-            "errors": a["errors"],
+            "errors": a.errors,
             "findings": counts, "rules": codes,
-            "runtime": {"stats_lines": rt["stats_lines"], "kv_usage_max_pct": rt["kv_usage_max_pct"],
-                        "preemptions": rt["preemptions"] + rt.get("stats_preemptions_total", 0) + rt.get("recompute_preemptions", 0),
-                        "kv_usage_high_lines": rt.get("kv_usage_high_lines", 0),
+            "runtime": {"stats_lines": rt.get("stats_lines", 0), "kv_usage_max_pct": rt.get("kv_usage_max_pct"),
+                        "preemptions": rt.get("preemptions", 0) + rt.get("stats_preemptions_total", 0)
+                        + rt.get("recompute_preemptions", 0), "kv_usage_high_lines": rt.get("kv_usage_high_lines", 0),
                         "single_running_with_queue_lines": rt.get("single_running_with_queue_lines", 0),
-                        "runtime_findings_reported": len(self.runtime_findings)},
+                        "findings_reported": self.reports},
         }
+        if final:
+            ev["analysis"] = a.to_json(self.opts.min_severity)
+        if result is not None:  # what `analyze --format json` prints for this input
+            ev["result"] = result.to_json("last", self.opts.min_severity)
         if exit_code is not None:
             ev["exit_code"] = exit_code
         if self.emit.fmt == "json":
             self.emit.json(ev)
             return
-        where = {"startup_complete": f"start-up complete at line {ev['line']:,}", "eof": "end of input",
-                 "sigint": "interrupted (SIGINT)", "sigterm": "terminated (SIGTERM)"}.get(reason, reason)
-        v = a["vllm"]
-        par = "/".join(_fmt_num(c.get(k)) for k in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"))
-        lines = [f"vLLM {v['version'] or '?'} ({v['engine'] or '?'} engine, {v['platform'] or 'platform ?'}) · "
-                 f"model {c.get('model') or '?'} · TP/PP/DP {par} · max_model_len {_fmt_num(c.get('max_model_len'))}"]
-        lines.append(_figures_text({"bytes_per_token": kv["bytes_per_token"], "bytes_per_token_kind": kv["bytes_per_token_kind"],
-                                    "tokens_min": ev["tokens_min"], "tokens": kv["tokens"], "max_concurrency": conc,
-                                    "available_gib_min": min(kv["available_gib"]) if kv["available_gib"] else None,
-                                    "kv_budget_gib_min": min((b["gib"] for b in kv["kv_budget"]), default=None),
-                                    "gpu_blocks": kv["gpu_blocks"], "errors": [], "note": None}))
-        fl = f"findings: {counts['error']} error{'s' if counts['error'] != 1 else ''}, {counts['warning']} warning{'s' if counts['warning'] != 1 else ''}, {counts['info']} info"
+        where = {"startup_complete": f"start-up complete at line {line:,}", "eof": "end of input",
+                 "sigint": "interrupted (SIGINT)", "sigterm": "terminated (SIGTERM)",
+                 "run_end": f"run {a.run.index + 1} ended at line {line:,}"}.get(reason, reason)
+        if a.run.count > 1 and reason != "run_end":
+            where += f", run {a.run.index + 1} of {a.run.count}"
+        v = a.vllm
+        par = "/".join(fmt_num(x) for x in a.parallel)
+        lines = [f"vLLM {v.version or '?'} ({v.engine or '?'} engine, {v.platform or 'platform ?'}) · "
+                 f"model {c.get('model') or '?'} · TP/PP/DP {par} · max_model_len {fmt_num(c.get('max_model_len'))}"]
+        lines.append(_figures_text(_figures_event(a) | {"errors": []}))
+        n_err, n_warn, n_info = counts["error"], counts["warning"], counts["info"]
+        fl = f"findings: {n_err} error{'s' if n_err != 1 else ''}, {n_warn} warning{'s' if n_warn != 1 else ''}, {n_info} info"
         if codes:
             fl += f" ({', '.join(codes)})"
-        if self.runtime_findings:
-            fl += f"; {len(self.runtime_findings)} runtime report{'s' if len(self.runtime_findings) != 1 else ''}"
         lines.append(fl)
-        if reason != "startup_complete":
-            rtl = (f"{self.number:,} lines, {a.get('runs', 1)} run{'s' if a.get('runs', 1) != 1 else ''} · runtime: "
-                   f"{rt['stats_lines']:,} stats lines, max KV usage {_fmt_num(rt['kv_usage_max_pct'], 1)} %, "
-                   f"preemptions {ev['runtime']['preemptions']:,}")
-            lines.append(rtl)
+        if reason not in ("startup_complete", "run_end"):
+            runs = self.known_starts
+            lines.append(f"{self.lines.stats.lines:,} lines, {runs} run{'s' if runs != 1 else ''} · runtime: "
+                         f"{ev['runtime']['stats_lines']:,} stats lines, max KV usage "
+                         f"{fmt_num(rt.get('kv_usage_max_pct'), 1)} %, preemptions {ev['runtime']['preemptions']:,}")
         if exit_code is not None:
             lines[-1] += f" · exit {exit_code}"
         parts: list[tuple[str, str | None]] = [("kvlogdiag: ", "dim"), (f"summary ({where})", "bold")]
@@ -765,58 +698,47 @@ class Watcher:
         self.emit.text(parts)
 
     def finish(self, reason: str, signal_code: int | None = None) -> int:
-        """Final evaluation, pending runtime counts, the summary; returns the exit code."""
-        from kvlogdiag.cli.main import ExitCode, fail_exit
-
-        a = self.evaluate(final=True)
-        self.flush_runtime()
+        """Final evaluation, held-back findings, one ``final`` event per run, the summary; the exit code."""
+        code: int
+        if self.failed is not None:
+            code = signal_code if signal_code is not None else int(ExitCode.ERROR)
+            self.note(f"the analysis stopped at an internal error ({self.failed}); exit {code}", kind="error")
+            return code
+        try:
+            self.position = max(self.position, self.lines.stats.lines)
+            self.evaluate(final=True)
+            self.flush_pending()
+            st = self.lines.stats
+            runs = self.session.analyses(st.lines, st.long_lines)
+            self._rule_errors()
+        except (StdoutClosed, _Stop):
+            raise
+        except Exception as exc:  # noqa: BLE001 - same guard as while reading
+            self._fail(exc)
+            return self.finish(reason, signal_code)
         if signal_code is not None:
             code = signal_code
         elif self.fatal:
             code = int(ExitCode.ERROR)
         else:
-            code = int(fail_exit([a], self.opts.fail_on))
-        self.summary(reason, exit_code=code)
+            limit = Severity.threshold(self.opts.fail_on)
+            code = int(ExitCode.FINDINGS if any(f.severity >= limit for r in runs for f in r.findings) else ExitCode.OK)
+        if self.emit.fmt == "json":
+            for r in runs:
+                self.emit.json({"event": "final", "source": self.source, "run": r.run.to_json(),
+                                "analysis": r.to_json(self.opts.min_severity)})
+        self.summary(reason, runs[-1], exit_code=code, final=True, result=InputAnalysis(self.source, runs))
         return code
 
-
-def _span_finder() -> Callable:
-    """The reader's candidate-line finder (same lines as searching with the prefilter, much faster)."""
-    from kvlogdiag.input import reader
-
-    return reader.candidate_spans
-
-
-def _figures_text(ev: dict) -> str:
-    from kvlogdiag.render.analysis import fmt_bpt, fmt_gib
-
-    parts = []
-    if ev.get("bytes_per_token") is not None:
-        kind = f" [{ev['bytes_per_token_kind']}]" if ev.get("bytes_per_token_kind") else ""
-        parts.append(f"bytes/token {fmt_bpt(ev['bytes_per_token'])} per rank{kind}")
-    else:
-        parts.append("bytes/token —")
-    if ev.get("tokens_min") is not None:
-        n = len(ev.get("tokens") or [])
-        parts.append(f"KV cache {ev['tokens_min']:,} tokens" + (f" (smallest of {n})" if n > 1 else ""))
-    elif ev.get("gpu_blocks"):
-        parts.append(f"{min(ev['gpu_blocks']):,} KV blocks")
-    if ev.get("available_gib_min") is not None:
-        parts.append(f"available {fmt_gib(ev['available_gib_min'])}")
-    elif ev.get("kv_budget_gib_min") is not None:
-        parts.append(f"KV budget {fmt_gib(round(ev['kv_budget_gib_min'], 4))}")
-    conc = ev.get("max_concurrency")
-    if conc:
-        parts.append(f"max concurrency {conc['concurrency']:.2f}x @ {conc['tokens_per_request']:,} tokens")
-    text = " · ".join(parts)
-    if ev.get("note"):
-        text += f" · note: {ev['note']}"
-    for e in ev.get("errors") or []:
-        text += f"\n    error: {e}"
-    return text
+    def note(self, message: str, kind: str = "note") -> None:
+        if self.emit.fmt == "json":
+            self.emit.json({"event": "note", "kind": kind, "source": self.source, "message": message})
+        else:
+            self.emit.text([("kvlogdiag: ", "dim"), (f"{kind.replace('_', ' ')}: " if kind != "note" else "note: ",
+                                                    "bold red" if kind == "error" else "bold"), (message, None)])
 
 
-# --- the loop ---------------------------------------------------------------------------------
+# --- the loops --------------------------------------------------------------------------------
 
 
 class _Signals:
@@ -849,7 +771,9 @@ class _Signals:
 
 
 def _signal_exit(signum: int) -> tuple[str, int]:
-    return ("sigint", EXIT_SIGINT) if signum == signal.SIGINT else ("sigterm", EXIT_SIGTERM)
+    if signum == signal.SIGINT:
+        return "sigint", int(ExitCode.INTERRUPTED)
+    return "sigterm", int(ExitCode.TERMINATED)
 
 
 def _grow_pipe(fd: int) -> None:
@@ -862,11 +786,16 @@ def _grow_pipe(fd: int) -> None:
         pass
 
 
-def _read_batch(fd: int, w: Watcher) -> tuple[bytes, bool]:
-    """What ``fd`` has now, up to READ_BYTES: one read, plus more while more is ready at once (a fast
-    writer then gives large chunks, which the candidate-line finder searches fastest). (data, eof)."""
-    import select
+def _ready(fd: int) -> bool:
+    try:
+        return bool(select.select([fd], [], [], 0)[0])
+    except (OSError, ValueError):
+        return False
 
+
+def _read_batch(fd: int, w: Watcher) -> tuple[bytes, bool, bool]:
+    """What ``fd`` has now, up to READ_BYTES: one read, plus more while more is ready at once (a fast
+    writer then gives large chunks). (data, eof, more ready)."""
     parts: list[bytes] = []
     total = 0
     while total < READ_BYTES:
@@ -876,23 +805,17 @@ def _read_batch(fd: int, w: Watcher) -> tuple[bytes, bool]:
             break
         except OSError as exc:
             w.note(f"reading stdin failed: {exc.strerror or exc}", kind="error")
-            return b"".join(parts), True
+            return b"".join(parts), True, False
         if not data:
-            return b"".join(parts), True
+            return b"".join(parts), True, False
         parts.append(data)
         total += len(data)
-        try:
-            ready, _, _ = select.select([fd], [], [], 0)
-        except (OSError, ValueError):
-            break
-        if not ready:
-            break
-    return (parts[0] if len(parts) == 1 else b"".join(parts)), False
+        if not _ready(fd):
+            return (parts[0] if len(parts) == 1 else b"".join(parts)), False, False
+    return (parts[0] if len(parts) == 1 else b"".join(parts)), False, True
 
 
 def run_stdin(w: Watcher, in_fd: int, sig: _Signals) -> int:
-    import select
-
     _grow_pipe(in_fd)
     stop_at: float | None = None
     stop_sig: int | None = None
@@ -915,25 +838,25 @@ def run_stdin(w: Watcher, in_fd: int, sig: _Signals) -> int:
                 stop_sig = sig.received[0]
                 stop_at = w.clock() + SIGNAL_GRACE_S
         if in_fd in ready:
-            data, eof = _read_batch(in_fd, w)
+            data, eof, more = _read_batch(in_fd, w)
             if data:
                 w.take(data)
             if eof:
-                w.end_of_file_part()
+                w.end_of_part()
                 break
+            if not more:
+                w.idle()
         w.tick()
         if stop_at is not None and w.clock() >= stop_at:
             break
     if stop_sig is not None:
-        w.end_of_file_part()
+        w.end_of_part()
         reason, code = _signal_exit(stop_sig)
         return w.finish(reason, code)
     return w.finish("eof")
 
 
 def run_follow(w: Watcher, src: FollowFile, sig: _Signals) -> int:
-    import select
-
     while True:
         if sig.received:
             break
@@ -947,11 +870,13 @@ def run_follow(w: Watcher, src: FollowFile, sig: _Signals) -> int:
             w.take(rest)
             continue
         if what in ("truncated", "rotated"):
-            w.end_of_file_part()
+            w.end_of_part()
             w.note(f"{src.path}: {'truncated; reading from the start' if what == 'truncated' else 'replaced (rotated); following the new file'}")
+            w.restart(what)  # type: ignore[arg-type]
             continue
         if what == "appeared":
             continue
+        w.idle()
         w.tick()
         now = w.clock()
         deadline = w.next_deadline()
@@ -965,7 +890,7 @@ def run_follow(w: Watcher, src: FollowFile, sig: _Signals) -> int:
         if not data:
             break
         w.take(data)
-    w.end_of_file_part()
+    w.end_of_part()
     reason, code = _signal_exit(sig.received[0])
     return w.finish(reason, code)
 
@@ -980,73 +905,38 @@ def _quiet_stdout() -> None:
         pass
 
 
-@click.command()
-@click.option("-f", "--follow", "follow", type=click.Path(dir_okay=False), default=None, metavar="FILE",
-              help="Follow FILE like tail -F (truncation and rotation included) instead of reading stdin.")
-@click.option("--from-end", is_flag=True, help="With --follow: start at the end of the file (default: its beginning).")
-@click.option("--no-echo", is_flag=True, help="Do not copy the input to stdout; print findings only.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
-              help="stderr events as text, or one JSON object per line.")
-@click.option("--repeat-after", type=click.FloatRange(min=0), default=300.0, show_default=True, metavar="SECONDS",
-              help="Report the same runtime finding (preemptions, KV usage ≥ 90 %, Running: 1 with a queue) at most once per this interval, with a count.")
-def watch(follow: str | None, from_end: bool, no_echo: bool, fmt: str, repeat_after: float, **kw: Any) -> None:
-    """Live: copy a running server's log to stdout and print figures and findings on stderr as they are decided.
-
-    \b
-    vllm serve ... 2>&1 | kvlogdiag watch
-    kvlogdiag watch -f /var/log/vllm/server.log --no-echo --format json
-
-    Exit: 0/1 by --fail-on at end of input, 2 on bad options, 130 after SIGINT, 143 after SIGTERM,
-    141 when the reader of stdout goes away.
-    """
-    from kvlogdiag.cli.main import ExitCode, build_analyzer, err
-
-    if from_end and not follow:
-        err("--from-end needs --follow FILE")
-        sys.exit(ExitCode.ERROR)
-    analyzer = build_analyzer(kw)
-    emitter = Emitter(fmt)
-    source = follow or "<stdin>"
-    w = Watcher(analyzer, emitter, echo=not no_echo, repeat_after=repeat_after, source=source)
+def watch_main(analyzer: Analyzer, *, follow: str | None = None, from_end: bool = False, echo: bool = True,
+               fmt: str = "text", repeat_after: float = 300.0, in_fd: int | None = None, out_fd: int = 1,
+               err_stream: io.TextIOBase | None = None) -> int:
+    """Run watch over stdin (or ``in_fd``) or a followed file; returns the exit code (`ExitCode` values)."""
+    emitter = Emitter(fmt, err_stream)
+    w = Watcher(analyzer, emitter, echo=echo, repeat_after=repeat_after, source=follow or "-", out_fd=out_fd)
     sig = _Signals()
-    code: int
     try:
         if follow:
             try:
                 src = FollowFile(follow, from_end, w.note)
             except OSError as exc:
-                err(f"{follow}: cannot follow ({exc.strerror or exc})")
-                sys.exit(ExitCode.ERROR)
+                w.note(f"{follow}: cannot follow ({exc.strerror or exc})", kind="error")
+                return int(ExitCode.ERROR)
             try:
-                code = run_follow(w, src, sig)
+                return run_follow(w, src, sig)
             except OSError as exc:
-                err(f"{follow}: {exc.strerror or exc}")
-                code = int(ExitCode.ERROR)
+                w.note(f"{follow}: {exc.strerror or exc}", kind="error")
+                return int(ExitCode.ERROR)
             finally:
                 src.close()
-        else:
+        if in_fd is None:
             try:
                 in_fd = sys.stdin.fileno()
                 os.fstat(in_fd)
             except (AttributeError, ValueError, OSError):  # stdin closed (`<&-`): an empty input
                 in_fd = os.open(os.devnull, os.O_RDONLY)
-            code = run_stdin(w, in_fd, sig)
+        return run_stdin(w, in_fd, sig)
     except StdoutClosed:
         _quiet_stdout()
-        code = EXIT_EPIPE
+        return int(ExitCode.BROKEN_PIPE)
     except _Stop as stop:
-        code = stop.code
+        return stop.code
     finally:
         sig.restore()
-    sys.exit(code)
-
-
-def _attach_rule_options(cmd: click.Command) -> None:
-    """The shared rule options of kvlogdiag.cli.main (imported here, after `watch` exists, so either module may load first)."""
-    from kvlogdiag.cli.main import rule_options
-
-    holder = rule_options(lambda: None)
-    cmd.params.extend(reversed(holder.__click_params__))  # type: ignore[attr-defined]
-
-
-_attach_rule_options(watch)

@@ -1,0 +1,39 @@
+"""``kvlogdiag watch``: the command line of the live mode (the engine is `kvlogdiag.modes.watch`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from kvlogdiag.cli.common import build_analyzer, err, rule_options
+from kvlogdiag.cli.exit import ExitCode
+from kvlogdiag.modes.watch import watch_main
+
+
+@click.command()
+@click.option("-f", "--follow", "follow", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="Follow FILE like tail -F (truncation and rotation included) instead of reading stdin.")
+@click.option("--from-end", is_flag=True, help="With --follow: start at the end of the file (default: its beginning).")
+@click.option("--no-echo", is_flag=True, help="Do not copy the input to stdout; print findings only.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="stderr events as text, or one JSON object per line.")
+@click.option("--repeat-after", type=click.FloatRange(min=0), default=300.0, show_default=True, metavar="SECONDS",
+              help="Repeat a rule whose finding changed (KVD012's preemption count, KVD013's peak, ...) at most once "
+                   "per this interval, with its latest message.")
+@rule_options
+def watch(follow: str | None, from_end: bool, no_echo: bool, fmt: str, repeat_after: float, **kw: Any) -> int:
+    """Live: copy a running server's log to stdout and print figures and findings on stderr as they are decided.
+
+    \b
+    vllm serve ... 2>&1 | kvlogdiag watch
+    kvlogdiag watch -f /var/log/vllm/server.log --no-echo --format json
+
+    Exit: 0/1 by --fail-on at end of input, 2 on bad options or an internal error, 130 after SIGINT,
+    143 after SIGTERM, 141 when the reader of stdout goes away.
+    """
+    if from_end and not follow:
+        err("--from-end needs --follow FILE")
+        return int(ExitCode.ERROR)
+    analyzer = build_analyzer(kw)
+    return watch_main(analyzer, follow=follow, from_end=from_end, echo=not no_echo, fmt=fmt, repeat_after=repeat_after)
