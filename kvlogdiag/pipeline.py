@@ -19,7 +19,9 @@ from kvlogdiag.catalogue.patterns import prefilter_regex
 from kvlogdiag.input.reader import (
     DEFAULT_MAX_BYTES, InputError, Line, LineStats, detect_hard_wrap, iter_lines, open_input, unwrap_lines,
 )
-from kvlogdiag.result import Analysis, Finding, InputAnalysis, KVCache, RankFigures, RankValue, RunInfo, VllmInfo
+from kvlogdiag.result import (
+    Analysis, Finding, InputAnalysis, KVCache, LogLine, RankFigures, RankValue, RunInfo, VllmInfo,
+)
 from kvlogdiag.rules.engine import RuleError, RuleSet, evaluate, load_rules
 
 __all__ = ["Analyzer", "InputError", "Session", "analyze_source", "build_analysis"]
@@ -191,7 +193,8 @@ def build_analysis(facts: LogFacts, d: dict[str, Any], findings: list[dict]) -> 
         config=d["config"],
         kv_cache=KVCache(kv["available_gib"], kv["kv_budget"], kv["tokens"], kv["gpu_blocks"], kv["max_concurrency"],
                          kv["bytes_per_token"], kv["bytes_per_token_kind"], ranks, kv["bytes_per_token_note"],
-                         kv["bytes_per_token_from_error"], kv["ranks_disagree"]),
+                         kv["bytes_per_token_from_error"], kv["ranks_disagree"],
+                         _rank_values(facts.available), _rank_values(facts.tokens), _rank_values(facts.blocks)),
         errors=d["errors"],
         runtime=d["runtime"],
         memory=d["memory"],
@@ -200,8 +203,21 @@ def build_analysis(facts: LogFacts, d: dict[str, Any], findings: list[dict]) -> 
         findings=[Finding.from_json(f) for f in findings],
         memory_by_rank={k: [RankValue(f.value, f.rank, f.line, f.dp) for f in v] for k, v in sorted(facts.memory.items())},
         startup=d.get("startup"),
+        evidence=_first_lines(facts),
         extra={k: v for k, v in d.items() if k not in known},
     )
+
+
+def _rank_values(facts: list) -> list[RankValue]:
+    return [RankValue(f.value, f.rank, f.line, f.dp) for f in facts]
+
+
+def _first_lines(facts: LogFacts) -> dict[str, LogLine]:
+    """The first line of each named event, and of the insufficient-KV error, with its text."""
+    firsts = {name: lst[0] for name, lst in sorted(facts.events.items()) if lst}
+    if facts.insufficient_kv:
+        firsts["insufficient_kv"] = facts.insufficient_kv[0]
+    return {name: LogLine(f.line, f.rank, f.raw, f.value) for name, f in firsts.items()}
 
 
 _DEFAULT: Analyzer | None = None

@@ -98,6 +98,16 @@ class RankValue:
 
 
 @dataclass(frozen=True)
+class LogLine:
+    """A line a mode cites that is neither a config value nor a KV figure (an error, a connector line)."""
+
+    line: int
+    rank: str | None
+    text: str
+    value: Any = None
+
+
+@dataclass(frozen=True)
 class RunInfo:
     """Which server start of the input this analysis covers."""
 
@@ -142,6 +152,11 @@ class KVCache:
     bytes_per_token_note: str | None
     bytes_per_token_from_error: float | None
     ranks_disagree: bool
+    # every logged memory / size line of the run with its rank and line, paired into `ranks` or not
+    # (a start-up that failed before sizing the pool, V0 block counts): report and estimate cite them
+    available_by_rank: list[RankValue] = field(default_factory=list)
+    tokens_by_rank: list[RankValue] = field(default_factory=list)
+    blocks_by_rank: list[RankValue] = field(default_factory=list)
 
     @property
     def max_concurrency_by_length(self) -> dict[int, tuple[float, float, int]]:
@@ -185,6 +200,10 @@ class Analysis:
     findings: list[Finding] = field(default_factory=list)
     memory_by_rank: dict[str, list[RankValue]] = field(default_factory=dict)
     startup: dict[str, Any] | None = None
+    # first line of each named event of the run (``engine_failed``, ``no_available_memory``,
+    # ``recompute_offload_connector``, ``hma_auto_off``, …) and of the insufficient-KV error
+    # (``insufficient_kv``): the evidence report and estimate cite; not part of the JSON
+    evidence: dict[str, LogLine] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)  # fields added to the JSON by later stages
 
     # -- views -----------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from kvlogdiag.cli.main import cli
 ROOT = Path(__file__).resolve().parent.parent
 TP4_LOG = str(ROOT / "sample_logs" / "v1_tp4_workers.log")
 DSV4_D_LOG = str(ROOT / "sample_logs" / "ascend_dsv4_d_node.log")
+MULTIRUN = ROOT / "tests" / "data" / "multirun"
 GIB = 1_073_741_824
 LLAMA70B = "meta-llama/Llama-3.1-70B-Instruct"
 SEED = ["--devices", "8", "--gpu-memory-gib", "64", "--gpu-memory-utilization", "0.85", "--kv-fraction", "0.6",
@@ -328,6 +329,70 @@ def test_offload_and_role_from_an_ascend_log():
     assert o["cpu_bytes_to_use"] == 68_719_476_736 and o["world_size"] == 4
     assert o["per_rank_gib"] == pytest.approx(16.0) and o["logged_per_rank_gb"] == 16.0
     assert d["inputs"]["role"]["value"] == "decode" and d["inputs"]["role"]["source"] == "log"
+
+
+# ------------------------------------------------------------------------------ server starts (runs)
+
+
+def analyze_run(log: str, which: str) -> dict:
+    """``analyze --format json --run WHICH``: the selected run, with its own KV lines."""
+    res = CliRunner().invoke(cli, ["analyze", "--format", "json", "--run", which, "--fail-on", "never", log])
+    assert res.exit_code == 0, res.output
+    a = json.loads(res.stdout)["analyses"][0]
+    own = [r for r in a.get("all_runs", [a]) if r["run"]["index"] == a["run"]["index"]][0]
+    a["kv_cache"]["max_concurrency"] = own["kv_cache"]["max_concurrency"]
+    return a
+
+
+@pytest.mark.parametrize("which", ["last", "first", "1", "2"])
+@pytest.mark.parametrize("log", sorted(MULTIRUN.glob("*.log")), ids=lambda p: p.stem)
+def test_log_figures_are_those_of_the_run_analyze_states(log, which):
+    """Two starts in one log: --log uses the run analyze reports for the same --run (default: the current
+    one), never the other start or a mix (before: a median over a Qwen-7B and a Llama-70B start)."""
+    a = analyze_run(str(log), which)
+    d = run_json("--log", str(log), "--run", which)
+    assert d["run"] == a["run"]
+    kv, cfg, inp = a["kv_cache"], a["config"], d["inputs"]
+    assert d["measured"]["bytes_per_token"] == kv["bytes_per_token"]
+    for key, name in (("tp", "tensor_parallel_size"), ("max_model_len", "max_model_len")):
+        assert (inp[key] or {}).get("value") == cfg[name] or (cfg[name] is None and inp[key]["source"] == "default")
+    assert (inp["model"] or {}).get("value") == cfg["model"]
+    assert (inp["vllm_version"] or {}).get("value") == a["vllm"]["version"]
+    pairs = kv["bytes_per_token_by_rank"]
+    if not pairs:
+        assert d["measured"]["logged_tokens"] is None and inp["available_gib_per_rank"] is None
+        return
+    assert inp["available_gib_per_rank"]["value"] == min(p["available_gib"] for p in pairs)
+    assert d["measured"]["logged_tokens"] == min(p["tokens"] for p in pairs)
+    # vLLM's 'Maximum concurrency for L tokens' (2 decimals) of the smallest rank, recomputed from Z and N
+    logged = min(m["concurrency"] for m in kv["max_concurrency"] if m["tokens_per_request"] == cfg["max_model_len"])
+    assert d["capacity"]["requests_fit_at_max_model_len"] == pytest.approx(logged, abs=0.006)
+    assert f"every log figure is from run {a['run']['index'] + 1}" in " ".join(d["notes"])
+
+
+def test_the_two_runs_of_a_restarted_log_differ():
+    """The default is the current (last) start; --run 1 is the first: 37.01 GiB × 4 ranks of Llama-70B
+    (7.40x at 65,536) vs 53.91 GiB on one GPU for Qwen-7B (30.81x at 32,768)."""
+    log = str(MULTIRUN / "concat_single_then_tp4.log")
+    last, first = run_json("--log", log), run_json("--log", log, "--run", "1")
+    assert (last["inputs"]["available_gib_per_rank"]["value"], last["inputs"]["tp"]["value"]) == (37.01, 4)
+    assert (first["inputs"]["available_gib_per_rank"]["value"], first["inputs"]["tp"]["value"]) == (53.91, 1)
+    # 37.01 × 2**30 / (81,920 × 65,536) = 7.402; 53.91 × 2**30 / (57,344 × 32,768) = 30.806
+    assert last["capacity"]["requests_fit_at_max_model_len"] == pytest.approx(7.402, abs=1e-3)
+    assert first["capacity"]["requests_fit_at_max_model_len"] == pytest.approx(30.806, abs=1e-3)
+    assert run_json("--log", log, "--run", "2") == last == run_json("--log", log, "--run", "last")
+
+
+@pytest.mark.parametrize("which, message", [
+    ("all", "an estimate sizes one server start: use last, first or a run number"),
+    ("3", "no run 3 (the input has 2)"),
+    ("0", "use last, first or a run number"),
+])
+def test_run_selection_errors_exit_2(which, message):
+    result = run("--log", str(MULTIRUN / "concat_single_then_tp4.log"), "--run", which)
+    assert result.exit_code == 2 and result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and lines[0].startswith("kvlogdiag: error: estimate: ")
 
 
 # ------------------------------------------------------------------------------ contract

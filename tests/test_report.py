@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import base64
 import html
+import json
+import math
 import re
 import sys
 import types
@@ -18,13 +20,15 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from kvlogdiag.pipeline import Analyzer
 from kvlogdiag.cli.main import cli
-from kvlogdiag.render.redact import Redactor
-from kvlogdiag.modes.report import build_document, render_report_html, render_report_markdown
+from kvlogdiag.modes.report import build_document, build_section, redact_document, render_report_html, render_report_markdown
+from kvlogdiag.pipeline import Analyzer
+from kvlogdiag.render.analysis import fmt_bpt, fmt_gib, fmt_num
+from kvlogdiag.result import Analysis
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = REPO_ROOT / "sample_logs"
+MULTIRUN = REPO_ROOT / "tests" / "data" / "multirun"
 GIB = 2**30
 GOLDEN = ["v1_tp4_workers", "insufficient_kv_215000", "ascend_dsv4_d_node", "v1_dp2_tp4"]
 
@@ -161,11 +165,9 @@ def assert_tables_intact(md: str) -> None:
             width = None
 
 
-def analyse(path: Path) -> tuple[dict, object]:
-    an = Analyzer()
-    with open(path, "rb") as fh:
-        facts = an.extract_stream(fh, path.name)
-    return an.analyze_facts(facts), facts
+def analyse(path: Path) -> Analysis:
+    """The current run of a log, as every mode sees it."""
+    return Analyzer().analyze_source(str(path)).current
 
 
 # --- golden Markdown ------------------------------------------------------------------------------
@@ -240,8 +242,7 @@ def test_html_figures_table_matches_the_log(run, tmp_path):
 
 
 def test_capacity_sums_dp_groups():
-    a, facts = analyse(SAMPLES / "ascend_dsv4_d_node.log")
-    cap = build_document(a, facts)["capacity"]
+    cap = build_section(analyse(SAMPLES / "ascend_dsv4_d_node.log"))["capacity"]
     assert [g["tokens"] for g in cap["groups"]] == [4332401, 4335267, 4327979, 4333870]
     by = {r["label"]: r for r in cap["rows"]}
     # 4K: 1057 + 1058 + 1056 + 1058 = 4229; 1M: 4.13 → 4 per group (vLLM: 4.13x), 16 in total
@@ -250,20 +251,99 @@ def test_capacity_sums_dp_groups():
 
 
 def test_capacity_extrapolates_missing_dp_groups():
-    a, facts = analyse(SAMPLES / "v1_single_gpu.log")
-    a["config"]["data_parallel_size"] = 3  # the log shows one group of three
-    cap = build_document(a, facts)["capacity"]
+    a = analyse(SAMPLES / "v1_single_gpu.log")
+    a.config["data_parallel_size"] = 3  # the log shows one group of three
+    cap = build_section(a)["capacity"]
     row = cap["rows"][0]
     assert row["total"] == 3 * row["per_group_min"]
     assert any("1 of 3 DP groups" in n for n in cap["notes"])
 
 
 def test_capacity_from_insufficient_kv_error():
-    a, facts = analyse(SAMPLES / "insufficient_kv_215000.log")
-    cap = build_document(a, facts)["capacity"]
+    cap = build_section(analyse(SAMPLES / "insufficient_kv_215000.log"))["capacity"]
     assert cap["basis"] == "insufficient_kv"
     # vLLM: "the estimated maximum model length is 77248" → 77,248 tokens in the pool
     assert [(r["label"], r["total"]) for r in cap["rows"]] == [("4K", 18), ("8K", 9), ("32K", 2), ("128K", 0), ("max-model-len", 0)]
+
+
+# --- server starts (runs) ------------------------------------------------------------------------
+
+
+def analyze_run(log: Path, which: str) -> dict:
+    """``analyze --format json --run WHICH``: the selected run's figures, its KV lines from all_runs."""
+    res = CliRunner().invoke(cli, ["analyze", "--format", "json", "--run", which, "--fail-on", "never", str(log)])
+    assert res.exit_code == 0, res.output
+    a = json.loads(res.stdout)["analyses"][0]
+    own = [r for r in a.get("all_runs", [a]) if r["run"]["index"] == a["run"]["index"]][0]
+    a["kv_cache"]["max_concurrency"] = own["kv_cache"]["max_concurrency"]  # top level lists every run's lines
+    return a
+
+
+@pytest.mark.parametrize("which", ["last", "1", "first", "2"])
+@pytest.mark.parametrize("log", sorted(MULTIRUN.glob("*.log")), ids=lambda p: p.stem)
+def test_report_states_the_figures_of_the_run_analyze_states(run, log, which):
+    """Two server starts in one log: report --run X shows analyze --run X's run, not the other one or a
+    mix (before, a 1-GPU Qwen start and a TP4 Llama start gave a 5-rank table and a median over both)."""
+    a = analyze_run(log, which)
+    res = run(str(log), "--format", "html", "--run", which, "--no-redact", "--fail-on", "never")
+    assert res.exit_code == 0, res.output
+    page = Page(res.stdout)
+    r = a["run"]
+    assert f"run {r['index'] + 1} of 2{' (current)' if r['current'] else ''}, lines {r['first_line']:,}–{r['last_line']:,}" \
+        in res.stdout
+    summary = dict(page.tables["summary"][1:])
+    kv, cfg = a["kv_cache"], a["config"]
+    assert summary["model"] == (cfg["model"] or "—")
+    assert summary["TP / PP / DP"] == " / ".join(fmt_num(cfg[k]) for k in ("tensor_parallel_size", "pipeline_parallel_size",
+                                                                            "data_parallel_size"))
+    assert summary["bytes per token (per rank)"].startswith(fmt_bpt(kv["bytes_per_token"]))
+    pairs = kv["bytes_per_token_by_rank"]
+    rows = [row for row in page.tables.get("figures", [[]])[1:] if "—" not in row[5]]
+    assert sorted((row[0], row[2], row[3], row[5]) for row in rows) == sorted(
+        (p["rank"] or "—", fmt_gib(p["available_gib"]), fmt_num(p["tokens"]), f"{p['memory_line']}/{p['tokens_line']}")
+        for p in pairs)
+    if not pairs:
+        assert "capacity" not in page.tables
+        return
+    # the max-model-len row: whole requests of the smallest pool, vLLM's 'Maximum concurrency' rounded down
+    cap = dict((row[0], row[2]) for row in page.tables["capacity"][1:])
+    logged = min(m["concurrency"] for m in kv["max_concurrency"] if m["tokens_per_request"] == cfg["max_model_len"])
+    assert cap["max-model-len"] == fmt_num(math.floor(logged))
+    assert cap["max-model-len"] == fmt_num(min(p["tokens"] for p in pairs) // cfg["max_model_len"])
+
+
+def test_report_run_all_has_one_section_per_run_newest_first(run):
+    log = "tests/data/multirun/concat_single_then_tp4.log"
+    md = run(log, "--run", "all", "--select", "KVD004", "--fail-on", "never").stdout
+    heads = [ln for ln in md.splitlines() if ln.startswith("## ")]
+    assert heads == ["## kvlogdiag report: tests/data/multirun/concat\\_single\\_then\\_tp4.log — run 2 of 2 (current), lines 116–312",
+                     "## kvlogdiag report: tests/data/multirun/concat\\_single\\_then\\_tp4.log — run 1 of 2, lines 1–115"]
+    first, second = md.split(heads[1])
+    assert "| Worker\\_TP2 | DP0 | 37.01 GiB | 485,088 |" in first and "EngineCore" not in first
+    assert "| EngineCore\\_DP0 | DP0 | 53.91 GiB | 1,009,456 | 57,343 B (56.0 KiB) | 38/39 |" in second and "Worker" not in second
+    assert md.count("<sub>Generated by kvlogdiag") == 1
+    assert_tables_intact(md)
+    page = Page(run(log, "--run", "all", "--format", "html", "--fail-on", "never").stdout)
+    assert_inert_html(page)
+    assert [a["id"] for a in page.named("section")] == ["run-2", "run-1"]
+    assert len(page.tables["figures-run2"]) == 1 + 4 and len(page.tables["figures-run1"]) == 1 + 1
+
+
+def test_report_run_out_of_range_is_a_usage_error(run):
+    res = run("tests/data/multirun/concat_single_then_tp4.log", "--run", "3")
+    assert res.exit_code == 2 and res.stdout == ""
+    assert res.stderr == "kvlogdiag: error: tests/data/multirun/concat_single_then_tp4.log: no run 3 (the input has 2)\n"
+    res = run("tests/data/multirun/concat_single_then_tp4.log", "--run", "latest")
+    assert res.exit_code == 2 and "use last, first, all or a run number" in res.stderr
+
+
+def test_report_exit_code_counts_only_the_runs_shown(run, tmp_path):
+    """First start at --gpu-memory-utilization 0.995 (a KVD004 error), then a restart at 0.92 (quiet)."""
+    log = tmp_path / "restarted.log"
+    log.write_bytes(Path(utilization_log(tmp_path, 0.995)).read_bytes() + (SAMPLES / "v1_single_gpu.log").read_bytes())
+    assert run(str(log), "--select", "KVD004").exit_code == 0
+    assert run(str(log), "--select", "KVD004", "--run", "1").exit_code == 1
+    assert run(str(log), "--select", "KVD004", "--run", "all").exit_code == 1
 
 
 # --- HTML -----------------------------------------------------------------------------------------
@@ -313,7 +393,7 @@ HOSTILE = "\n".join([
     "(APIServer pid=1) INFO 10-20 13:41:10 [api_server.py:1839] vLLM API server version 0.11.0",
     "(APIServer pid=1) INFO 10-20 13:41:10 [utils.py:233] non-default args: {'model': "
     "'<script>alert(1)</script></details>`x`|y|[x](javascript:alert(1))', 'max_model_len': 4096, "
-    "'gpu_memory_utilization': 0.95}",
+    "'gpu_memory_utilization': 0.995}",  # a KVD004 error: this line is shown as its evidence
     "(EngineCore_DP0 pid=2) INFO 10-20 13:41:50 [gpu_worker.py:298] Available KV cache memory: 10.0 GiB",
     "(EngineCore_DP0 pid=2) INFO 10-20 13:41:50 [kv_cache_utils.py:1087] GPU KV cache size: 81,920 tokens",
     "(EngineCore_DP0 pid=2) ERROR 10-20 13:41:51 [core.py:708] EngineCore failed to start. <script>alert(2)</script> ```` </details> |",
@@ -373,7 +453,7 @@ SECRET_LOG = "\n".join([
     "(APIServer pid=100) INFO 10-20 13:41:10 [api_server.py:1839] vLLM API server version 0.11.0",
     "(APIServer pid=100) INFO 10-20 13:41:10 [utils.py:233] non-default args: {'model_tag': '/home/alice/models/Llama-3.1-8B-Instruct', "
     "'host': 'gpu-node-07.corp.example.com', 'api_key': ['sk-proj-AbCdEfGhIjKlMnOpQrSt'], 'hf_token': 'hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345', "
-    "'model': '/home/alice/models/Llama-3.1-8B-Instruct', 'max_model_len': 32768, 'gpu_memory_utilization': 0.92, "
+    "'model': '/home/alice/models/Llama-3.1-8B-Instruct', 'max_model_len': 32768, 'gpu_memory_utilization': 0.995, "
     "'kv_transfer_config': KVTransferConfig(kv_connector='NixlConnector', kv_role='kv_both', kv_ip='10.1.2.3', kv_port=14579, "
     "kv_connector_extra_config={'owner': 'alice@example.com', 'peer': 'fe80::1ff:fe23:4567:890a'})}",
     "(EngineCore_DP0 pid=200) INFO 10-20 13:41:50 [gpu_worker.py:298] Available KV cache memory: 53.91 GiB",
@@ -395,9 +475,9 @@ def secret_log(tmp_path) -> str:
 @pytest.mark.parametrize("fmt", ["markdown", "html"])
 def test_redaction_masks_everything_shown(run, secret_log, fmt):
     plain = html.unescape(run(secret_log, "--format", fmt, "--no-redact").stdout)
-    for s in SECRETS:  # the secrets do reach the report …
+    for s in SECRETS:  # the secrets do reach the report (the args line as KVD004's evidence) …
         assert s in plain, s
-    res = run(secret_log, "--format", fmt)
+    res = run(secret_log, "--format", fmt, "--fail-on", "never")
     assert res.exit_code == 0, res.output
     shown = html.unescape(res.stdout)
     for s in SECRETS:  # … and redaction removes every one of them
@@ -416,12 +496,9 @@ def test_redaction_masks_everything_shown(run, secret_log, fmt):
 
 
 def test_redaction_covers_the_source_name():
-    a, facts = analyse(SAMPLES / "v1_single_gpu.log")
-    doc = build_document(a, facts)
-    doc["analysis"]["source"] = "/home/alice/logs/node-1.log"
-    red = Redactor()
-    doc = red.redact_obj(doc)
-    doc["redaction"] = red.summary()
+    doc = build_document([analyse(SAMPLES / "v1_single_gpu.log")])
+    doc["source"] = doc["sections"][0]["analysis"]["source"] = "/home/alice/logs/node-1.log"
+    doc = redact_document(doc)
     for text in (render_report_markdown(doc), render_report_html(doc, charts=False)):
         assert "alice" not in text
         assert "/home/&lt;user-1&gt;/logs/node-1.log" in text or "/home/&lt;user-1&gt;/logs/node\\-1.log" in text
@@ -499,23 +576,52 @@ def test_clipboard_unavailable(run, monkeypatch):
                           "(Pyperclip could not find a copy/paste mechanism for your system)\n")
 
 
+def utilization_log(tmp_path: Path, util: float) -> str:
+    """A vLLM 0.11.0 start with --gpu-memory-utilization ``util`` and nothing else to report."""
+    p = tmp_path / f"util-{util}.log"
+    p.write_text("\n".join([
+        "(APIServer pid=1) INFO 10-20 13:41:10 [api_server.py:1839] vLLM API server version 0.11.0",
+        "(APIServer pid=1) INFO 10-20 13:41:10 [utils.py:233] non-default args: {'model': 'Qwen/Qwen2.5-7B-Instruct', "
+        f"'max_model_len': 4096, 'gpu_memory_utilization': {util}}}",
+        "(EngineCore_DP0 pid=2) INFO 10-20 13:41:50 [gpu_worker.py:298] Available KV cache memory: 10.0 GiB",
+        "(EngineCore_DP0 pid=2) INFO 10-20 13:41:50 [kv_cache_utils.py:1087] GPU KV cache size: 187,232 tokens",
+        "",
+    ]), encoding="utf-8")
+    return str(p)
+
+
 @pytest.mark.parametrize(
-    ("log", "args", "code"),
+    ("util", "args", "code"),
     [
-        ("insufficient_kv_215000", (), 1),  # KVD004 error (0.95)
-        ("insufficient_kv_215000", ("--fail-on", "never"), 0),
-        ("v1_tp4_workers", ("--select", "KVD004"), 0),  # a warning only
-        ("v1_tp4_workers", ("--select", "KVD004", "--fail-on", "warning"), 1),
+        (0.995, (), 1),  # KVD004 error: above every recipe value
+        (0.995, ("--fail-on", "never"), 0),
+        (0.995, ("--ignore", "KVD004"), 0),
+        (0.97, (), 0),  # KVD004 info only
+        (0.97, ("--fail-on", "info"), 1),
     ],
 )
-def test_exit_codes(run, log, args, code):
+def test_exit_codes(run, tmp_path, util, args, code):
+    log = utilization_log(tmp_path, util)
     for fmt in ("markdown", "html"):
-        res = run(f"sample_logs/{log}.log", "--format", fmt, *args)
+        res = run(log, "--format", fmt, *args)
         assert res.exit_code == code, res.output
 
 
-def test_min_severity_hides_findings(run):
-    res = run("sample_logs/v1_tp4_workers.log", "--min-severity", "error")
+def test_findings_render_with_their_evidence(run, tmp_path):
+    md = run(utilization_log(tmp_path, 0.995), "--fail-on", "never").stdout
+    assert "### Findings (1)" in md and "#### KVD004 gpu-memory-utilization-high (error, line 2)" in md
+    assert "**Fix:** " in md
+    assert "<details><summary>evidence (line 2)</summary>" in md
+    assert any(ln.startswith("2: (APIServer pid=1)") and "'gpu_memory_utilization': 0.995" in ln for ln in inside_fences(md))
+    page = Page(run(utilization_log(tmp_path, 0.995), "--fail-on", "never", "--format", "html").stdout)
+    assert "KVD004 gpu-memory-utilization-high (error, line 2)" in "".join(page.text)
+    assert len(page.named("details")) == 1
+
+
+def test_min_severity_hides_findings(run, tmp_path):
+    log = utilization_log(tmp_path, 0.97)  # one KVD004 info
+    assert "#### KVD004" in run(log).stdout
+    res = run(log, "--min-severity", "warning")
     assert "### Findings (0)" in res.stdout
     assert "KVD004" not in res.stdout
 

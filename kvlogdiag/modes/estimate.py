@@ -1,9 +1,10 @@
 """``kvlogdiag estimate``: what the KV cache costs and what fits, from a log and/or numbers.
 
-Inputs come from a log (``--log``: the same extraction as ``analyze``, with line numbers), from
-flags (which always win over the log), from the model (``--model-config`` config.json, ``--model``
-or the model named in the log, looked up in the built-in catalogue) or from defaults; every input
-figure records where it came from.  The arithmetic is :mod:`kvlogdiag.derive.architecture` (expected
+Inputs come from a log (``--log``: the `Analysis` of one server start, by default the current one —
+the same run and figures as ``analyze``, with line numbers; nothing here reads facts or log lines),
+from flags (which always win over the log), from the model (``--model-config`` config.json,
+``--model`` or the model named in the log, looked up in the built-in catalogue) or from defaults;
+every input figure records where it came from.  The arithmetic is :mod:`kvlogdiag.derive.architecture` (expected
 bytes per token) and :mod:`kvlogdiag.derive.capacity` (pool, concurrency, utilization, offload, node
 budget, live tokens); this module only resolves inputs, calls them and renders the result.
 
@@ -35,8 +36,12 @@ from kvlogdiag.derive.architecture import (
     lookup_model,
     parse_vllm_version,
 )
+from kvlogdiag.input.reader import DEFAULT_MAX_BYTES, InputError
+from kvlogdiag.pipeline import Analyzer
+from kvlogdiag.result import Analysis
+from kvlogdiag.rules.engine import RuleSet
 
-__all__ = ["estimate", "build_estimate", "render_table"]
+__all__ = ["estimate", "build_estimate", "estimate_document", "read_log", "LogData", "EstimateError", "render_table"]
 
 GIB = cap.GIB_BYTES
 #: measured vs expected further apart than this → list explain_mismatch's causes
@@ -85,137 +90,111 @@ def _val(fig: Figure | None) -> Any:
 
 
 class LogData:
-    """The analysis of one log (without rules) plus the facts, so every figure keeps its line."""
+    """The figures of one server start of a log (its `Analysis`), each with the line it came from."""
 
-    def __init__(self, path: str):
-        from kvlogdiag.pipeline import Analyzer
-        from kvlogdiag.derive.figures import derive
-        from kvlogdiag.input.reader import open_input
-        from kvlogdiag.rules.engine import RuleSet
-
-        analyzer = Analyzer(rules=RuleSet())  # no rules: estimate needs the figures, not findings
-        fh = open_input(path)
-        try:
-            self.facts = analyzer.extract_stream(fh, path)
-        finally:
-            fh.close()
+    def __init__(self, analysis: Analysis, path: str):
+        self.analysis = analysis
         self.path = path
-        self.analysis = derive(self.facts)
-        self.chosen = self.analysis.pop("_chosen", {}) or {}
+
+    def _line(self, key: str) -> int | None:
+        return (self.analysis.provenance.get(key) or {}).get("line")
 
     # -- configuration -----------------------------------------------------------------------
 
     def config(self, key: str, detail: str = "") -> Figure | None:
-        value = self.analysis["config"].get(key)
+        value = self.analysis.config.get(key)
         if value is None:
             return None
-        fact = self.chosen.get(key)
-        return Figure(value, "log", detail, fact.line if fact is not None else None)
+        return Figure(value, "log", detail, self._line(f"config.{key}"))
 
     def version(self) -> Figure | None:
-        v = self.analysis["vllm"].get("version")
-        if not v:
-            return None
-        line = next((f.line for f in self.facts.version if f.value == v), None)
-        return Figure(v, "log", "", line)
+        v = self.analysis.vllm.version
+        return Figure(v, "log", "", self._line("vllm.version")) if v else None
 
     def platform(self) -> Figure | None:
-        p = self.analysis["vllm"].get("platform")
-        if not p:
-            return None
-        line = next((f.line for f in self.facts.platform if f.value == p), None)
-        return Figure(p, "log", "", line)
+        p = self.analysis.vllm.platform
+        return Figure(p, "log", "", self._line("vllm.platform")) if p else None
 
     def hma(self) -> Figure | None:
-        disabled = self.analysis["config"].get("disable_hybrid_kv_cache_manager")
+        disabled = self.analysis.config.get("disable_hybrid_kv_cache_manager")
         if disabled is None:
             return None
-        fact = self.chosen.get("disable_hybrid_kv_cache_manager")
-        line = fact.line if fact is not None else None
-        if line is None:
+        line = self._line("config.disable_hybrid_kv_cache_manager")
+        if line is None:  # decided by vLLM's own message, not a setting
             for name in ("hma_disabled_hybrid_model", "hma_auto_off", "hma_chunked_local",
                          "hma_explicit_unsupported", "hma_unify_failed", "kv_group_sizes"):
-                if self.facts.events.get(name):
-                    line = self.facts.events[name][0].line
+                ev = self.analysis.evidence.get(name)
+                if ev is not None:
+                    line = ev.line
                     break
         return Figure(not disabled, "log", "hybrid manager " + ("off" if disabled else "on"), line)
 
     def role(self) -> Figure | None:
-        summary = self.analysis.get("kv_transfer") or {}
+        summary = self.analysis.kv_transfer or {}
         role = _KV_ROLE_TO_ROLE.get(summary.get("kv_role") or "")
         if role is None:
             return None
-        fact = self.chosen.get("kv_transfer_config")
-        return Figure(role, "log", f"kv_role {summary.get('kv_role')}", fact.line if fact is not None else None)
+        return Figure(role, "log", f"kv_role {summary.get('kv_role')}", self._line("config.kv_transfer_config"))
 
     # -- KV figures --------------------------------------------------------------------------
 
-    def _pairs(self) -> list[dict]:
-        pairs = self.analysis["kv_cache"]["bytes_per_token_by_rank"]
-        if not pairs:
-            return []
-        last = max(p["run"] for p in pairs)
-        return [p for p in pairs if p["run"] == last]
-
     def available(self) -> Figure | None:
-        """Z per rank: the smallest memory figure of the last run (vLLM sizes by its tightest worker)."""
-        pairs = self._pairs()
-        if pairs:
-            p = min(pairs, key=lambda x: x["available_gib"])
-            what = "smallest rank" if len(pairs) > 1 else ""
-            return Figure(p["available_gib"], "log", " ".join(x for x in (what, p["rank"] or "") if x),
-                          p["memory_line"])
-        facts = self.facts.available
-        if facts:
-            last = max(f.run for f in facts)
-            f = min((f for f in facts if f.run == last), key=lambda f: f.value)
-            return Figure(f.value, "log", "Available KV cache memory", f.line)
-        if self.facts.kv_budget:
-            f = min(self.facts.kv_budget, key=lambda f: f.value[1])
-            return Figure(f.value[1], "log", f"KV budget ({f.value[0]})", f.line)
+        """Z per rank: the smallest memory figure of the run (vLLM sizes by its tightest worker)."""
+        kv = self.analysis.kv_cache
+        if kv.ranks:
+            p = min(kv.ranks, key=lambda x: x.available_gib)
+            what = "smallest rank" if len(kv.ranks) > 1 else ""
+            return Figure(p.available_gib, "log", " ".join(x for x in (what, p.rank or "") if x), p.memory_line)
+        if kv.available_by_rank:
+            v = min(kv.available_by_rank, key=lambda v: v.value)
+            return Figure(v.value, "log", "Available KV cache memory", v.line)
+        if kv.kv_budget:
+            b = min(kv.kv_budget, key=lambda b: b["gib"])
+            return Figure(b["gib"], "log", f"KV budget ({b['source']})", b["line"])
         return None
 
     def logged_tokens(self) -> Figure | None:
-        pairs = self._pairs()
-        if not pairs:
+        ranks = self.analysis.kv_cache.ranks
+        if not ranks:
             return None
-        p = min(pairs, key=lambda x: x["tokens"])
-        return Figure(p["tokens"], "log", "KV cache size, smallest rank" if len(pairs) > 1 else "KV cache size",
-                      p["tokens_line"])
+        p = min(ranks, key=lambda x: x.tokens)
+        return Figure(p.tokens, "log", "KV cache size, smallest rank" if len(ranks) > 1 else "KV cache size",
+                      p.tokens_line)
 
     def measured(self) -> tuple[Figure | None, str | None]:
-        kv = self.analysis["kv_cache"]
-        bpt = kv.get("bytes_per_token")
+        kv = self.analysis.kv_cache
+        bpt = kv.bytes_per_token
         if bpt is None:
-            return None, kv.get("bytes_per_token_note") or "the log has no KV memory figure paired with a KV size line"
-        pairs = [p for p in kv["bytes_per_token_by_rank"] if p["bytes_per_token"] is not None]
+            return None, kv.bytes_per_token_note or "the log has no KV memory figure paired with a KV size line"
+        pairs = [p for p in kv.ranks if p.bytes_per_token is not None]
         if len(pairs) == 1:
             p = pairs[0]
-            detail = (f"{p['available_gib']} GiB (line {p['memory_line']}) / {p['tokens']:,} tokens "
-                      f"(line {p['tokens_line']})")
+            detail = (f"{p.available_gib} GiB (line {p.memory_line}) / {p.tokens:,} tokens "
+                      f"(line {p.tokens_line})")
         else:
-            p = min(pairs, key=lambda x: abs(x["bytes_per_token"] - bpt))
-            agg = "median" if kv.get("ranks_disagree") or len({x["bytes_per_token"] for x in pairs}) > 1 else "value"
-            detail = (f"{agg} of {len(pairs)} rank pairings, e.g. {p['rank'] or 'rank'}: {p['available_gib']} GiB "
-                      f"(line {p['memory_line']}) / {p['tokens']:,} tokens (line {p['tokens_line']})")
-        return Figure(bpt, "log", detail, p["memory_line"]), kv.get("bytes_per_token_note")
+            p = min(pairs, key=lambda x: abs((x.bytes_per_token or 0.0) - bpt))
+            agg = "median" if kv.ranks_disagree or len({x.bytes_per_token for x in pairs}) > 1 else "value"
+            detail = (f"{agg} of {len(pairs)} rank pairings, e.g. {p.rank or 'rank'}: {p.available_gib} GiB "
+                      f"(line {p.memory_line}) / {p.tokens:,} tokens (line {p.tokens_line})")
+        return Figure(bpt, "log", detail, p.memory_line), kv.bytes_per_token_note
 
     def memory(self, key: str) -> Figure | None:
-        facts = self.facts.memory.get(key)
-        if not facts:
+        values = self.analysis.memory_by_rank.get(key)
+        if not values:
             return None
-        f = max(facts, key=lambda f: f.value)
-        return Figure(f.value, "log", key, f.line)
+        v = max(values, key=lambda v: v.value)
+        return Figure(v.value, "log", key, v.line)
 
     def insufficient_kv(self) -> Figure | None:
-        if not self.facts.insufficient_kv:
+        ik = self.analysis.errors.get("insufficient_kv")
+        if not ik:
             return None
-        f = self.facts.insufficient_kv[0]
-        return Figure(f.value, "log", "vLLM's 'one request at max seq len' check", f.line)
+        ev = self.analysis.evidence.get("insufficient_kv")
+        return Figure(ik, "log", "vLLM's 'one request at max seq len' check", ev.line if ev else None)
 
     def offload(self) -> dict | None:
         """RecomputeCPUOffloadConnector settings: config keys and the connector's own line."""
-        ktc = self.analysis["config"].get("kv_transfer_config")
+        ktc = self.analysis.config.get("kv_transfer_config")
         found: dict | None = None
 
         def walk(node: Any) -> None:
@@ -232,19 +211,43 @@ class LogData:
                     walk(child)
 
         walk(ktc)
-        events = self.facts.events.get("recompute_offload_connector") or []
-        if found is None and not events:
+        event = self.analysis.evidence.get("recompute_offload_connector")
+        if found is None and event is None:
             return None
-        fact = self.chosen.get("kv_transfer_config")
         out = {"cpu_bytes_to_use": (found or {}).get("cpu_bytes_to_use"),
                "cpu_bytes_to_use_per_rank": (found or {}).get("cpu_bytes_to_use_per_rank"),
-               "config_line": fact.line if fact is not None else None,
+               "config_line": self._line("config.kv_transfer_config"),
                "world_size": None, "world_size_line": None, "per_rank_gb": None}
-        if events:
-            e = events[0]
-            out.update(world_size=e.value.get("world_size"), world_size_line=e.line,
-                       per_rank_gb=e.value.get("per_rank_gb"))
+        if event is not None:
+            value = event.value if isinstance(event.value, dict) else {}
+            out.update(world_size=value.get("world_size"), world_size_line=event.line,
+                       per_rank_gb=value.get("per_rank_gb"))
         return out
+
+    def run_note(self) -> str | None:
+        """Which start the figures are from, when the log holds several."""
+        r = self.analysis.run
+        if r.count <= 1:
+            return None
+        return (f"the log holds {r.count} server starts: every log figure is from run {r.index + 1}"
+                f"{' (the current one)' if r.current else ''}, lines {r.first_line:,}–{r.last_line:,} (--run)")
+
+
+def read_log(path: str, run: str = "last", max_bytes: int = DEFAULT_MAX_BYTES) -> LogData:
+    """The selected run (``last``, ``first`` or a 1-based number) of the log at ``path`` (``-``: stdin).
+
+    Figures only, no rules. Raises `InputError` (unreadable) or `EstimateError` (no such run, ``all``)."""
+    if run == "all":
+        raise EstimateError("--run all: an estimate sizes one server start; use last, first or a run number")
+    result = Analyzer(rules=RuleSet()).analyze_source(path, max_bytes)  # no rules: the figures, not findings
+    try:
+        return LogData(result.select(run)[0], path)
+    except IndexError as exc:
+        raise EstimateError(str(exc)) from None
+
+
+class EstimateError(Exception):
+    """A usage error of ``estimate`` found after parsing (one line, exit 2)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -358,7 +361,10 @@ def _pick(flag_value: Any, flag_name: str, log_fig: Figure | None) -> Figure | N
 def build_estimate(p: dict[str, Any], log: LogData | None = None) -> dict[str, Any]:
     """The estimate as a JSON-ready dict.  ``p`` holds the command's parameters (flag values or None)."""
     notes: list[str] = []
-    inputs: dict[str, Figure] = {}
+    inputs: dict[str, Figure | None] = {}
+    run_note = log.run_note() if log is not None else None
+    if run_note:
+        notes.append(run_note)
 
     def lf(method: str, *args) -> Figure | None:
         return getattr(log, method)(*args) if log is not None else None
@@ -389,12 +395,13 @@ def build_estimate(p: dict[str, Any], log: LogData | None = None) -> dict[str, A
                                    version, platform, inputs)
 
     # -- measured bytes per token ----------------------------------------------------------------
-    measured_note = None
+    measured: Figure | None
+    measured_note: str | None = None
     if p["bytes_per_token"] is not None:
         measured = Figure(p["bytes_per_token"], "flag", "--bytes-per-token")
-        if log is not None and log.analysis["kv_cache"].get("bytes_per_token") is not None:
+        if log is not None and log.analysis.kv_cache.bytes_per_token is not None:
             notes.append("--bytes-per-token overrides the log's measured figure "
-                         f"({log.analysis['kv_cache']['bytes_per_token']:,.1f} B/token)")
+                         f"({log.analysis.kv_cache.bytes_per_token:,.1f} B/token)")
     elif log is not None:
         measured, measured_note = log.measured()
     else:
@@ -405,7 +412,7 @@ def build_estimate(p: dict[str, Any], log: LogData | None = None) -> dict[str, A
         "source": measured.where() if measured else None,
         "origin": measured.source if measured else None,
         "line": measured.line if measured else None,
-        "kind": (log.analysis["kv_cache"].get("bytes_per_token_kind") if log is not None and measured
+        "kind": (log.analysis.kv_cache.bytes_per_token_kind if log is not None and measured
                  and measured.source == "log" else None),
         "logged_tokens": _val(logged_tokens),
         "logged_tokens_line": logged_tokens.line if logged_tokens else None,
@@ -452,6 +459,7 @@ def build_estimate(p: dict[str, Any], log: LogData | None = None) -> dict[str, A
         "command": "estimate",
         "version": __version__,
         "source": log.path if log is not None else None,
+        "run": log.analysis.run.to_json() if log is not None else None,
         "inputs": {k: (v.as_json() if v is not None else None) for k, v in inputs.items()},
         "expected": exp_json,
         "measured": meas_json,
@@ -492,9 +500,9 @@ def _expected(p, log, tp, pp, kv_dtype, hma, max_model_len, batched, block_size,
     }
     if arch is None:
         return None, out
-    for name, fig in (("tp", tp), ("pp", pp)):
+    for axis, fig in (("TP", tp), ("PP", pp)):
         if fig.source == "default":
-            out["assumptions"].append(f"{name.upper()} not given: 1 assumed")
+            out["assumptions"].append(f"{axis} not given: 1 assumed")
     try:
         exp = expected_kv(arch, tp=tp.value, pp=pp.value, kv_cache_dtype=kv_dtype.value,
                           hma_enabled=_val(hma), max_model_len=_val(max_model_len),
@@ -609,7 +617,7 @@ def _basis(choice: str, measured: Figure | None, expected: ExpectedKV | None, co
     really used) when there is no model or the two disagree.
     """
     exp_ok = expected is not None and expected.bytes_per_token > 0
-    hybrid = exp_ok and expected.fixed_bytes_per_request > 0
+    hybrid = expected is not None and exp_ok and expected.fixed_bytes_per_request > 0
     ratio = comparison.get("ratio")
     use = None
     if choice == "measured":
@@ -634,10 +642,10 @@ def _basis(choice: str, measured: Figure | None, expected: ExpectedKV | None, co
             reason += "; it disagrees with the architecture's figure, so that is not used"
     else:
         reason = R_BPT
-    if use == "measured":
+    if use == "measured" and measured is not None:
         return {"basis": "measured", "bytes_per_token": measured.value, "fixed_bytes_per_request": 0.0,
                 "reason": reason}
-    if use == "expected":
+    if use == "expected" and expected is not None:
         return {"basis": "expected", "bytes_per_token": expected.bytes_per_token,
                 "fixed_bytes_per_request": expected.fixed_bytes_per_request, "reason": reason}
     return {"basis": None, "bytes_per_token": None, "fixed_bytes_per_request": None,
@@ -728,9 +736,9 @@ def _capacity(p, basis, z, dp, tp, pp, devices, max_model_len, block_size, lengt
 def _offload(p, log, tp, pp, devices, bpt, miss: _Missing) -> dict | None:
     flags = p["cpu_bytes_to_use"] is not None or p["cpu_bytes_to_use_per_rank"] is not None
     from_log = log.offload() if log is not None and not flags else None
-    if not flags and from_log is None:
+    if from_log is None and not flags:
         return None
-    if flags:
+    if flags or from_log is None:
         total_bytes, per_rank_bytes = p["cpu_bytes_to_use"], p["cpu_bytes_to_use_per_rank"]
         source = "flags"
         world = tp.value * pp.value
@@ -1014,6 +1022,23 @@ def _x(v: float | None) -> str:
     return DASH if v is None else f"{v:,.2f}x"
 
 
+def estimate_document(params: dict[str, Any], log_path: str | None = None, run: str = "last") -> dict[str, Any]:
+    """The estimate for the command's parameters and, with ``log_path``, the selected run of that log.
+
+    Raises `InputError` (unreadable log), `EstimateError` (``run`` is ``all`` or not in the log) or
+    ``click.BadParameter`` (an unreadable ``--model-config``)."""
+    log = read_log(log_path, run) if log_path is not None else None
+    return build_estimate(params, log)
+
+
+def _check_run(ctx, param, value):
+    if value in ("last", "first") or (value.isdigit() and int(value) >= 1):
+        return value
+    if value == "all":
+        raise click.BadParameter("an estimate sizes one server start: use last, first or a run number (1, 2, ...)")
+    raise click.BadParameter(f"{value!r}: use last, first or a run number (1, 2, ...)")
+
+
 # ---------------------------------------------------------------------------------------------
 # The command
 # ---------------------------------------------------------------------------------------------
@@ -1021,6 +1046,8 @@ def _x(v: float | None) -> str:
 
 @click.command("estimate", cls=OneLineErrors)
 @click.option("--log", "log_path", metavar="FILE", default=None, help="A vLLM / vLLM-Ascend log (or - for stdin): measured figures, config, memory.")
+@click.option("--run", "run", default="last", show_default=True, metavar="last|first|N", callback=_check_run,
+              help="Which server start of the --log: last (the current one), first, or a run number (1 = first).")
 @click.option("--available-gib", type=POSITIVE, default=None, help="KV memory per rank, GiB (the log's 'Available KV cache memory').")
 @click.option("--bytes-per-token", type=POSITIVE, default=None, help="Measured bytes per token per rank (Z·2^30/N).")
 @click.option("--model", default=None, help="Model name looked up in the built-in catalogue [default: the model in the log].")
@@ -1050,7 +1077,7 @@ def _x(v: float | None) -> str:
 @click.option("--basis", type=click.Choice(["auto", "measured", "expected"]), default="auto", show_default=True,
               help="Bytes per token the capacity figures use.")
 @click.option("--format", "fmt", type=click.Choice(["table", "text", "json"]), default="table", show_default=True)
-def estimate(log_path: str | None, fmt: str, **params: Any) -> None:
+def estimate(log_path: str | None, run: str, fmt: str, **params: Any) -> None:
     """What the KV cache costs and what fits: from a log, from numbers, or both.
 
     \b
@@ -1063,22 +1090,15 @@ def estimate(log_path: str | None, fmt: str, **params: Any) -> None:
     every input says where it came from. Missing inputs leave a figure empty with the reason.
     """
     from kvlogdiag.cli.main import ExitCode, err
-    from kvlogdiag.input.reader import InputError
 
-    log = None
-    if log_path is not None:
-        try:
-            log = LogData(log_path)
-        except InputError as exc:
-            err(str(exc))
-            sys.exit(ExitCode.ERROR)
     try:
-        est = build_estimate(params, log)
+        est = estimate_document(params, log_path, run)
+    except (InputError, EstimateError) as exc:
+        err(str(exc) if isinstance(exc, InputError) else f"estimate: {exc}")
+        sys.exit(ExitCode.ERROR)
     except click.BadParameter as exc:
         err(f"estimate: {exc.format_message()}")
         sys.exit(ExitCode.ERROR)
-    if fmt == "json":
-        click.echo(json.dumps(est, indent=2, ensure_ascii=False, default=str))
-    else:
-        click.echo(render_table(est), nl=False)
+    click.echo(json.dumps(est, indent=2, ensure_ascii=False, default=str) if fmt == "json" else render_table(est),
+               nl=fmt == "json")
     sys.exit(ExitCode.OK)

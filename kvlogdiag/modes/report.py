@@ -23,33 +23,37 @@ extra ``kvlogdiag[charts]`` — imported lazily and drawn with the Agg canvas in
 from __future__ import annotations
 
 import base64
+import dataclasses
 import html
 import io
 import json
 import sys
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Callable, Sequence
 
 import click
 
 from kvlogdiag import __version__
 from kvlogdiag.derive import figures as _derive
 from kvlogdiag.input.reader import DEFAULT_MAX_BYTES, InputError, open_input
-from kvlogdiag.render.redact import Redactor
+from kvlogdiag.pipeline import Analyzer
 from kvlogdiag.render.analysis import (
     clean_json,
-    identity_rows,
-    md_table,
     error_lines,
     fmt_bpt,
     fmt_gib,
     fmt_num,
+    identity_rows,
     md_code_block,
     md_escape,
-    visible_findings,
+    md_table,
+    run_label,
 )
+from kvlogdiag.render.redact import Redactor
+from kvlogdiag.result import Analysis, InputAnalysis, RankValue
 from kvlogdiag.rules.engine import RuleLoadError
 
-__all__ = ["report", "build_document", "render_report_markdown", "render_report_html", "CAPACITY_LENGTHS"]
+__all__ = ["report", "build_document", "build_section", "redact_document", "read_input", "make_report", "ReportError",
+           "render_report_markdown", "render_report_html", "CAPACITY_LENGTHS"]
 
 #: request lengths of the capacity table (label, tokens); max-model-len is added when known
 CAPACITY_LENGTHS: tuple[tuple[str, int], ...] = (("4K", 4096), ("8K", 8192), ("32K", 32768), ("128K", 131072))
@@ -94,12 +98,12 @@ def _read_clipboard() -> str:
     return text
 
 
-def _open(source: str | None, clipboard: bool, max_bytes: int) -> tuple[str, BinaryIO]:
+def _open(source: str | None, clipboard: bool, max_bytes: int, hint: Callable[[str], None]) -> tuple[str, BinaryIO]:
     if clipboard:
         return "clipboard", io.BytesIO(_read_clipboard().encode("utf-8", "replace"))
     if source in (None, "-"):
         if _stdin_is_tty():
-            click.echo(PASTE_HINT, err=True)
+            hint(PASTE_HINT)
         return "stdin", open_input("-", max_bytes)
     return source, open_input(source, max_bytes)
 
@@ -107,55 +111,51 @@ def _open(source: str | None, clipboard: bool, max_bytes: int) -> tuple[str, Bin
 # --- the document ---------------------------------------------------------------------------------
 
 
-def _last(facts_list, run: int, rank: str | None, single_row_in_run: bool):
-    """The last value of a memory figure reported by ``rank`` in ``run`` (or by anyone in the run
-    when it has a single rank row)."""
-    exact = [f for f in facts_list if f.run == run and f.rank == rank]
+def _last(values: list[RankValue], rank: str | None, single_row: bool):
+    """The last value of a memory figure reported by ``rank`` (or by anyone in the run when the run
+    has a single rank row)."""
+    exact = [v for v in values if v.rank == rank]
     if exact:
         return exact[-1].value
-    if single_row_in_run:
-        same_run = [f for f in facts_list if f.run == run]
-        if same_run:
-            return same_run[-1].value
+    if single_row and values:
+        return values[-1].value
     return None
 
 
-def _rank_rows(analysis: dict, facts) -> list[dict]:
-    """Per-rank figures: the analysis' memory/tokens pairs, plus memory figures or token counts
-    that have no partner (a start-up that failed before sizing the pool, V0 block counts)."""
+def _rank_rows(a: Analysis) -> list[dict]:
+    """Per-rank figures: the run's memory/tokens pairs, plus memory figures or token counts that
+    have no partner (a start-up that failed before sizing the pool, V0 block counts)."""
+    kv = a.kv_cache
     rows: list[dict] = []
-    used_mem: set[int] = set()
-    used_tok: set[int] = set()
-    for r in analysis["kv_cache"]["bytes_per_token_by_rank"]:
-        rows.append({"rank": r["rank"], "dp_group": r["dp_group"], "run": r["run"], "available_gib": r["available_gib"],
-                     "tokens": r["tokens"], "bytes_per_token": r["bytes_per_token"], "memory_line": r["memory_line"],
-                     "tokens_line": r["tokens_line"], "memory_source": r.get("memory_source")})
-        used_mem.add(r["memory_line"])
-        used_tok.add(r["tokens_line"])
-    for f in facts.available:
-        if f.line not in used_mem:
-            rows.append({"rank": f.rank, "dp_group": f.dp, "run": f.run, "available_gib": f.value, "tokens": None,
-                         "bytes_per_token": None, "memory_line": f.line, "tokens_line": None, "memory_source": "available"})
-    block_size = analysis["config"].get("block_size")
-    token_facts = [(f, f.value, None) for f in facts.tokens]
+    used_mem: set[int | None] = set()
+    used_tok: set[int | None] = set()
+    for p in kv.ranks:
+        rows.append({"rank": p.rank, "dp_group": p.dp_group, "available_gib": p.available_gib, "tokens": p.tokens,
+                     "bytes_per_token": p.bytes_per_token, "memory_line": p.memory_line, "tokens_line": p.tokens_line,
+                     "memory_source": p.memory_source})
+        used_mem.add(p.memory_line)
+        used_tok.add(p.tokens_line)
+    for v in kv.available_by_rank:
+        if v.line not in used_mem:
+            rows.append({"rank": v.rank, "dp_group": v.dp_group, "available_gib": v.value, "tokens": None,
+                         "bytes_per_token": None, "memory_line": v.line, "tokens_line": None, "memory_source": "available"})
+    block_size = a.config.get("block_size")
+    token_values = [(v, v.value) for v in kv.tokens_by_rank]
     if block_size:
-        token_facts += [(f, f.value * block_size, f.value) for f in facts.blocks]
-    for f, tokens, blocks in token_facts:
-        if f.line not in used_tok:
-            rows.append({"rank": f.rank, "dp_group": f.dp, "run": f.run, "available_gib": None, "tokens": tokens,
-                         "bytes_per_token": None, "memory_line": None, "tokens_line": f.line, "memory_source": None})
-    blocks_at = {f.line: f.value for f in facts.blocks} if block_size else {}
+        token_values += [(v, v.value * block_size) for v in kv.blocks_by_rank]
+    for v, tokens in token_values:
+        if v.line not in used_tok:
+            rows.append({"rank": v.rank, "dp_group": v.dp_group, "available_gib": None, "tokens": tokens,
+                         "bytes_per_token": None, "memory_line": None, "tokens_line": v.line, "memory_source": None})
+    blocks_at = {v.line: v.value for v in kv.blocks_by_rank} if block_size else {}
     for r in rows:  # V0 logs count blocks: say so next to the token figure
         r["blocks"] = blocks_at.get(r["tokens_line"])
         r["block_size"] = block_size if r["blocks"] is not None else None
-    rows.sort(key=lambda r: (r["run"], r["dp_group"], r["memory_line"] or r["tokens_line"] or 0))
-    per_run: dict[int, int] = {}
+    rows.sort(key=lambda r: (r["dp_group"], r["memory_line"] or r["tokens_line"] or 0))
+    single = len(rows) == 1
     for r in rows:
-        per_run[r["run"]] = per_run.get(r["run"], 0) + 1
-    for r in rows:
-        single = per_run[r["run"]] == 1
-        mem = {key: _last(facts.memory.get(key, []), r["run"], r["rank"], single) for key, _ in MEMORY_PARTS}
-        mem["total_gib"] = _last(facts.memory.get("total_gib", []), r["run"], r["rank"], single)
+        mem = {key: _last(a.memory_by_rank.get(key, []), r["rank"], single) for key, _ in MEMORY_PARTS}
+        mem["total_gib"] = _last(a.memory_by_rank.get("total_gib", []), r["rank"], single)
         r["memory"] = mem
         r["headroom_gib"], r["missing_parts"] = _headroom(mem, r["available_gib"])
     return rows
@@ -172,8 +172,8 @@ def _headroom(mem: dict, kv_gib: float | None) -> tuple[float | None, list[str]]
     return round(total - sum(v for _, v in parts if v is not None), 4), missing
 
 
-def _capacity(analysis: dict, rows: list[dict], facts) -> dict:
-    cfg = analysis["config"]
+def _capacity(a: Analysis, rows: list[dict]) -> dict:
+    cfg = a.config
     mml = cfg.get("max_model_len")
     dp_size = cfg.get("data_parallel_size") or 1
     lengths = list(CAPACITY_LENGTHS)
@@ -191,22 +191,18 @@ def _capacity(analysis: dict, rows: list[dict], facts) -> dict:
         with_tokens = [r for r in with_tokens if _plausible_pair(r)]
     groups: list[dict] = []
     if with_tokens:
-        run = max(r["run"] for r in with_tokens)
         by_group: dict[int, dict] = {}
         for r in with_tokens:
-            if r["run"] != run:
-                continue
             g = by_group.get(r["dp_group"])
             if g is None or r["tokens"] < g["tokens"]:
                 by_group[r["dp_group"]] = {"dp_group": r["dp_group"], "tokens": r["tokens"], "line": r["tokens_line"]}
         groups = [by_group[k] for k in sorted(by_group)]
         cap["basis"] = "log"
-        if analysis.get("runs", 1) > 1:
-            cap["notes"].append(f"the log holds {analysis['runs']} server starts; capacity is for the last one that sized its KV cache (run {run + 1})")
     else:
-        ik = analysis["errors"].get("insufficient_kv")
+        ik = a.errors.get("insufficient_kv")
         if ik and ik.get("estimated_max_len"):
-            line = facts.insufficient_kv[0].line if facts.insufficient_kv else None
+            ev = a.evidence.get("insufficient_kv")
+            line = ev.line if ev is not None else None
             groups = [{"dp_group": 0, "tokens": int(ik["estimated_max_len"]), "line": line}]
             cap["basis"] = "insufficient_kv"
             cap["notes"].append(
@@ -246,32 +242,63 @@ def _plausible_pair(r: dict) -> bool:
     return MIN_PLAUSIBLE_BPT <= bpt <= MAX_PLAUSIBLE_BPT
 
 
-def _error_items(analysis: dict, facts) -> list[dict]:
+#: start-up error (key of ``Analysis.errors``) → the event whose first line is its evidence
+ERROR_EVIDENCE = (("insufficient_kv", "insufficient_kv"), ("no_available_memory", "no_available_memory"),
+                  ("startup_failed", "engine_failed"))
+
+
+def _error_items(a: Analysis) -> list[dict]:
     """Start-up errors in words (render.error_lines) with the log line each comes from."""
     base = {"insufficient_kv": None, "no_available_memory": False, "startup_failed": False}
-    sources = (("insufficient_kv", facts.insufficient_kv), ("no_available_memory", facts.events.get("no_available_memory", [])),
-               ("startup_failed", facts.events.get("engine_failed", [])))
     out = []
-    for key, fl in sources:
-        val = analysis["errors"].get(key)
+    for key, event in ERROR_EVIDENCE:
+        val = a.errors.get(key)
         if not val:
             continue
-        texts = error_lines({"errors": {**base, key: val}})
-        f = fl[0] if fl else None
+        texts = error_lines(dataclasses.replace(a, errors={**base, key: val}))
+        ev = a.evidence.get(event)
         for t in texts:
-            out.append({"text": t, "line": f.line if f else None, "evidence": f.raw if f else None})
+            out.append({"text": t, "line": ev.line if ev else None, "evidence": ev.text if ev else None})
     return out
 
 
-def build_document(analysis: dict, facts, min_severity: str = "info") -> dict:
-    """Everything the report shows, as plain data (redact this, then render it)."""
-    a = dict(analysis)
-    a["findings"] = visible_findings(analysis, min_severity)
-    rows = _rank_rows(analysis, facts)
-    counts = {s: sum(1 for f in a["findings"] if f["severity"] == s) for s in ("error", "warning", "info")}
-    return {"tool": "kvlogdiag", "version": __version__, "analysis": a, "ranks": rows,
-            "capacity": _capacity(analysis, rows, facts), "errors": _error_items(analysis, facts), "counts": counts,
-            "redaction": None}
+def _settings_rows(a: Analysis) -> list[list[str]]:
+    rows = [list(r) for r in identity_rows(a) if r[0] != "VLLM_* env"]
+    c = a.config
+    for key in ("enable_prefix_caching", "enforce_eager", "max_num_partial_prefills", "max_long_partial_prefills",
+                "long_prefill_token_threshold"):
+        if c.get(key) is not None:
+            rows.append([key, fmt_num(c[key])])
+    for key, vals in (c.get("conflicts") or {}).items():
+        rows.append([f"{key} (runs disagree)", ", ".join(str(v) for v in vals)])
+    return rows
+
+
+def build_section(a: Analysis, min_severity: str = "info") -> dict:
+    """Everything the report shows about one run, as plain data (redact this, then render it)."""
+    data = a.to_json(min_severity)
+    rows = _rank_rows(a)
+    counts = {s: sum(1 for f in data["findings"] if f["severity"] == s) for s in ("error", "warning", "info")}
+    return {"analysis": data, "run_label": run_label(a), "settings": _settings_rows(a), "ranks": rows,
+            "capacity": _capacity(a, rows), "errors": _error_items(a), "counts": counts}
+
+
+def build_document(analyses: Sequence[Analysis], min_severity: str = "info") -> dict:
+    """The report on the given runs of one input (newest first for ``--run all``), as plain data."""
+    if not analyses:
+        raise ValueError("a report needs at least one run")
+    first = analyses[0]
+    return {"tool": "kvlogdiag", "version": __version__, "source": first.source, "lines_read": first.lines_read,
+            "sections": [build_section(a, min_severity) for a in analyses], "redaction": None}
+
+
+def redact_document(doc: dict) -> dict:
+    """The document with host names, IPs, user names, keys, tokens and e-mails masked throughout (one
+    mask per value across every section)."""
+    red = Redactor()
+    out = red.redact_obj(doc)
+    out["redaction"] = red.summary()
+    return out
 
 
 # --- shared text ----------------------------------------------------------------------------------
@@ -322,8 +349,8 @@ def _rank_label(r: dict) -> str:
     return r["rank"] or "—"
 
 
-def _group_label(r: dict, runs: int) -> str:
-    return f"DP{r['dp_group']}" + (f" run {r['run'] + 1}" if runs > 1 else "")
+def _group_label(r: dict) -> str:
+    return f"DP{r['dp_group']}"
 
 
 def _lines(r: dict) -> str:
@@ -335,13 +362,13 @@ MEMORY_HEADERS = ["rank", "weights", "activation peak", "non-torch", "CUDA graph
 CAPACITY_HEADERS = ["request length", "tokens", "requests per DP group", "requests in total"]
 
 
-def _figure_cells(r: dict, runs: int) -> list[str]:
+def _figure_cells(r: dict) -> list[str]:
     tokens = fmt_num(r["tokens"])
     if r.get("blocks") is not None:
         tokens += f" ({fmt_num(r['blocks'])} blocks × {r['block_size']})"
     bpt = r["bytes_per_token"]
     shown = fmt_bpt(bpt) if bpt is None or MIN_PLAUSIBLE_BPT <= bpt <= MAX_PLAUSIBLE_BPT else "— (implausible)"
-    return [_rank_label(r), _group_label(r, runs), fmt_gib(r["available_gib"]), tokens, shown, _lines(r)]
+    return [_rank_label(r), _group_label(r), fmt_gib(r["available_gib"]), tokens, shown, _lines(r)]
 
 
 def _gib_or_missing(v: float | None) -> str:
@@ -368,18 +395,6 @@ def _capacity_intro(cap: dict) -> str:
     return (f"Whole requests of each length that fit in the KV cache at once (floor of tokens per DP group ÷ length; "
             f"a request lives in one DP group, so the total is the sum over {_plural(int(cap['dp_size']), 'DP group')}). "
             f"Tokens per DP group: {toks}.")
-
-
-def _settings_rows(a: dict) -> list[list[str]]:
-    rows = [list(r) for r in identity_rows(a) if r[0] != "VLLM_* env"]
-    c = a["config"]
-    for key in ("enable_prefix_caching", "enforce_eager", "max_num_partial_prefills", "max_long_partial_prefills",
-                "long_prefill_token_threshold"):
-        if c.get(key) is not None:
-            rows.append([key, fmt_num(c[key])])
-    for key, vals in (c.get("conflicts") or {}).items():
-        rows.append([f"{key} (runs disagree)", ", ".join(str(v) for v in vals)])
-    return rows
 
 
 def _json_text(obj: Any) -> str:
@@ -413,35 +428,41 @@ def _md_evidence(line: int | None, text: str) -> list[str]:
 
 
 def render_report_markdown(doc: dict) -> str:
-    """The report as GitHub-flavoured Markdown (for an issue)."""
-    a = doc["analysis"]
-    runs = a.get("runs", 1)
+    """The report as GitHub-flavoured Markdown (for an issue): one ``##`` section per run."""
+    parts = [_markdown_section(doc, sec, first=i == 0) for i, sec in enumerate(doc["sections"])]
+    parts.append(f"<sub>Generated by kvlogdiag {md_escape(doc['version'])} (`kvlogdiag report`).</sub>\n")
+    return "\n".join(parts)
+
+
+def _markdown_section(doc: dict, sec: dict, first: bool) -> str:
+    a = sec["analysis"]
     out: list[str] = []
-    out.append(f"## kvlogdiag report: {md_escape(a['source'])}")
+    out.append(f"## kvlogdiag report: {md_escape(a['source'])}" + (f" — {md_escape(sec['run_label'])}" if sec["run_label"] else ""))
     out.append("")
-    out.append(f"{a['lines_read']:,} lines read · kvlogdiag {md_escape(doc['version'])} · redaction {md_escape(_redaction_text(doc))}")
-    out.append("")
+    if first:
+        out.append(f"{a['lines_read']:,} lines read · kvlogdiag {md_escape(doc['version'])} · redaction {md_escape(_redaction_text(doc))}")
+        out.append("")
     out.append("### Summary")
     out.append("")
-    out.append(md_table(["", ""], _summary_rows(doc)))
+    out.append(md_table(["", ""], _summary_rows(sec)))
     kv = a["kv_cache"]
     if kv.get("bytes_per_token_note"):
         out += ["", f"> {md_escape(kv['bytes_per_token_note'])}"]
     if kv.get("ranks_disagree"):
         out += ["", "> ranks disagree on bytes per token by more than 1 %: the figure above is their median"]
-    if doc["errors"]:
+    if sec["errors"]:
         out += ["", "### Start-up errors", ""]
-        for e in doc["errors"]:
+        for e in sec["errors"]:
             out.append(f"- {md_escape(e['text'])}" + (f" (line {e['line']})" if e["line"] else ""))
             if e["evidence"]:
                 out += [""] + ["  " + ln if ln else "" for ln in "\n".join(_md_evidence(e["line"], e["evidence"])).split("\n")] + [""]
     out += ["", "### KV cache figures per rank", ""]
-    if doc["ranks"]:
-        out.append(md_table(FIGURE_HEADERS, [_figure_cells(r, runs) for r in doc["ranks"]]))
+    if sec["ranks"]:
+        out.append(md_table(FIGURE_HEADERS, [_figure_cells(r) for r in sec["ranks"]]))
         out += ["", "### GPU memory per rank", "",
                 "From the memory lines of each rank; headroom = total − the other columns (it includes any part not in the log)."
                 " Charts: `--format html`.", ""]
-        out.append(md_table(MEMORY_HEADERS, [_memory_cells(r) for r in doc["ranks"]]))
+        out.append(md_table(MEMORY_HEADERS, [_memory_cells(r) for r in sec["ranks"]]))
     else:
         out.append("No `Available KV cache memory` or `GPU KV cache size` line in the log.")
     fs = a["findings"]
@@ -457,7 +478,7 @@ def render_report_markdown(doc: dict) -> str:
         if f.get("evidence"):
             out += [""] + _md_evidence(f.get("line"), f["evidence"])
         out.append("")
-    cap = doc["capacity"]
+    cap = sec["capacity"]
     out += ["### Capacity", ""] if fs else ["", "### Capacity", ""]
     if cap["rows"]:
         out.append(md_escape(_capacity_intro(cap)))
@@ -469,13 +490,12 @@ def render_report_markdown(doc: dict) -> str:
         out += [f"Not computed: {md_escape(n)}." for n in cap["notes"]]
     else:
         out.append("The log gives no KV cache size, so the capacity cannot be computed.")
-    out += ["", "### Configuration", "", md_table(["setting", "value"], _settings_rows(a))]
+    out += ["", "### Configuration", "", md_table(["setting", "value"], sec["settings"])]
     for name, text in _json_blocks(a):
         out += ["", f"**{md_escape(name)}**", "", _md_json_block(text)]
     env = a["config"].get("env") or {}
     out += ["", "**VLLM_\\* environment**", ""]
     out.append(md_table(["variable", "value"], [[k, v] for k, v in env.items()]) if env else "None in the log.")
-    out += ["", f"<sub>Generated by kvlogdiag {md_escape(doc['version'])} (`kvlogdiag report`).</sub>"]
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -535,7 +555,8 @@ def _memory_chart(doc: dict, mpl) -> str | None:
             note += " (no headroom without the total)"
         ax.text(0.0, 1.02, note, transform=ax.transAxes, fontsize=8, color="#59636e", va="bottom")
         ax.set_title("GPU memory per rank", pad=18)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    if ax.get_legend_handles_labels()[0]:  # a rank whose every figure is missing draws no bar
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
     ax.grid(axis="y", alpha=0.3)
     return _png_data_uri(fig, Canvas)
 
@@ -625,7 +646,7 @@ def _e(text: Any) -> str:
     return html.escape("" if text is None else str(text), quote=True)
 
 
-def _html_table(headers: list[str], rows: list[list[str]], table_id: str | None = None, numeric: set[int] = frozenset()) -> str:
+def _html_table(headers: list[str], rows: list[list[str]], table_id: str | None = None, numeric: frozenset[int] | set[int] = frozenset()) -> str:
     out = [f'<table id="{table_id}">' if table_id else "<table>", "<thead><tr>" + "".join(f"<th>{_e(h)}</th>" for h in headers) + "</tr></thead>", "<tbody>"]
     for r in rows:
         out.append("<tr>" + "".join(f'<td class="num">{_e(c)}</td>' if i in numeric else f"<td>{_e(c)}</td>"
@@ -641,78 +662,101 @@ def _html_evidence(line: int | None, text: str) -> str:
 
 
 def render_report_html(doc: dict, charts: bool = True) -> str:
-    """The report as one self-contained HTML page (no scripts, no network at view time)."""
-    a = doc["analysis"]
-    runs = a.get("runs", 1)
-    pics = render_charts(doc) if charts else None
+    """The report as one self-contained HTML page (no scripts, no network at view time); several runs
+    each get a ``<section>`` of their own (table ids then end in ``-run<N>``)."""
+    secs = doc["sections"]
     out: list[str] = [
         "<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
         f'<meta http-equiv="Content-Security-Policy" content="{_e(_CSP)}">',
         '<meta name="referrer" content="no-referrer">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>kvlogdiag report: {_e(a['source'])}</title>", f"<style>{_CSS}</style>", "</head>", "<body>",
-        f"<h1>kvlogdiag report: {_e(a['source'])}</h1>",
-        f'<p class="meta">{a["lines_read"]:,} lines read · kvlogdiag {_e(doc["version"])} · redaction {_e(_redaction_text(doc))}</p>',
-        "<h2>Summary</h2>", _html_table(["", ""], _summary_rows(doc), "summary"),
+        f"<title>kvlogdiag report: {_e(doc['source'])}</title>", f"<style>{_CSS}</style>", "</head>", "<body>",
+        f"<h1>kvlogdiag report: {_e(doc['source'])}</h1>",
+        f'<p class="meta">{doc["lines_read"]:,} lines read · kvlogdiag {_e(doc["version"])} · redaction {_e(_redaction_text(doc))}</p>',
     ]
+    if len(secs) == 1:
+        if secs[0]["run_label"]:
+            out.append(f'<p class="meta">{_e(secs[0]["run_label"])}</p>')
+        out += _html_section(secs[0], charts, 2, "")
+    else:
+        for sec in secs:
+            n = sec["analysis"]["run"]["index"] + 1
+            out += [f'<section id="run-{n}">', f"<h2>{_e(sec['run_label'][:1].upper() + sec['run_label'][1:])}</h2>"]
+            out += _html_section(sec, charts, 3, f"-run{n}")
+            out.append("</section>")
+    out.append(f'<p class="meta">Generated by kvlogdiag {_e(doc["version"])} (<code>kvlogdiag report --format html</code>).</p>')
+    out += ["</body>", "</html>"]
+    return "\n".join(out) + "\n"
+
+
+def _html_section(sec: dict, charts: bool, level: int, suffix: str) -> list[str]:
+    """One run's part of the page; ``level`` is the heading level of its sections."""
+    a = sec["analysis"]
+    h, h_sub = f"h{level}", f"h{level + 1}"
+
+    def head(text: str) -> str:
+        return f"<{h}>{_e(text)}</{h}>"
+
+    pics = render_charts(sec) if charts else None
+    out: list[str] = [head("Summary"), _html_table(["", ""], _summary_rows(sec), "summary" + suffix)]
     kv = a["kv_cache"]
     if kv.get("bytes_per_token_note"):
         out.append(f'<p class="note">{_e(kv["bytes_per_token_note"])}</p>')
     if kv.get("ranks_disagree"):
         out.append('<p class="note">Ranks disagree on bytes per token by more than 1 %: the figure above is their median.</p>')
-    if doc["errors"]:
-        out.append("<h2>Start-up errors</h2><ul>")
-        for e in doc["errors"]:
+    if sec["errors"]:
+        out.append(head("Start-up errors") + "<ul>")
+        for e in sec["errors"]:
             out.append("<li>" + _e(e["text"]) + (f" (line {int(e['line'])})" if e["line"] else "")
                        + (_html_evidence(e["line"], e["evidence"]) if e["evidence"] else "") + "</li>")
         out.append("</ul>")
-    out.append("<h2>KV cache figures per rank</h2>")
-    if doc["ranks"]:
-        out.append(_html_table(FIGURE_HEADERS, [_figure_cells(r, runs) for r in doc["ranks"]], "figures", {2, 3, 4}))
-        out.append("<h2>GPU memory per rank</h2>")
+    out.append(head("KV cache figures per rank"))
+    if sec["ranks"]:
+        out.append(_html_table(FIGURE_HEADERS, [_figure_cells(r) for r in sec["ranks"]], "figures" + suffix, {2, 3, 4}))
+        out.append(head("GPU memory per rank"))
         out.append(_html_chart(pics, "memory", "Stacked bars per rank: weights, activation peak, non-torch, CUDA graph, "
                                                "KV cache and headroom (total − the rest), in GiB"))
         out.append('<p class="note">Headroom = total − the other columns; a part that is not in the log counts as 0, '
                    'so the headroom then includes it.</p>')
-        out.append(_html_table(MEMORY_HEADERS, [_memory_cells(r) for r in doc["ranks"]], "memory", {1, 2, 3, 4, 5, 6, 7}))
+        out.append(_html_table(MEMORY_HEADERS, [_memory_cells(r) for r in sec["ranks"]], "memory" + suffix, {1, 2, 3, 4, 5, 6, 7}))
     else:
         out.append("<p>No <code>Available KV cache memory</code> or <code>GPU KV cache size</code> line in the log.</p>")
     fs = a["findings"]
-    out.append(f"<h2>Findings ({len(fs)})</h2>")
+    out.append(head(f"Findings ({len(fs)})"))
     if not fs:
         out.append("<p>No findings.</p>")
     for f in fs:
         sev = f["severity"] if f["severity"] in ("error", "warning", "info") else "info"
         out.append(f'<div class="finding sev-{sev}">')
-        out.append(f"<h3>{_e(f['rule'])} {_e(f['name'])} ({_e(f['severity'])}"
-                   + (f", line {int(f['line'])}" if f.get("line") else "") + ")</h3>")
+        out.append(f"<{h_sub}>{_e(f['rule'])} {_e(f['name'])} ({_e(f['severity'])}"
+                   + (f", line {int(f['line'])}" if f.get("line") else "") + f")</{h_sub}>")
         out.append(f"<p>{_e(f['message'])}</p>")
         if f.get("fix"):
             out.append(f"<p><strong>Fix:</strong> {_e(f['fix'])}</p>")
         if f.get("evidence"):
             out.append(_html_evidence(f.get("line"), f["evidence"]))
         out.append("</div>")
-    cap = doc["capacity"]
-    out.append("<h2>Capacity</h2>")
+    cap = sec["capacity"]
+    out.append(head("Capacity"))
     if cap["rows"]:
         out.append(f"<p>{_e(_capacity_intro(cap))}</p>")
-        out.append(_html_table(CAPACITY_HEADERS, [_capacity_cells(r, len(cap["groups"])) for r in cap["rows"]], "capacity", {1, 2, 3}))
+        out.append(_html_table(CAPACITY_HEADERS, [_capacity_cells(r, len(cap["groups"])) for r in cap["rows"]],
+                               "capacity" + suffix, {1, 2, 3}))
         out.extend(f'<p class="note">{_e(n)}</p>' for n in cap["notes"])
         out.append(_html_chart(pics, "capacity", "Requests that fit at once vs request length (log scales)"))
     elif cap["notes"]:
         out.extend(f"<p>Not computed: {_e(n)}.</p>" for n in cap["notes"])
     else:
         out.append("<p>The log gives no KV cache size, so the capacity cannot be computed.</p>")
-    out.append("<h2>Configuration</h2>")
-    out.append(_html_table(["setting", "value"], _settings_rows(a), "settings"))
+    out.append(head("Configuration"))
+    out.append(_html_table(["setting", "value"], sec["settings"], "settings" + suffix))
     for name, text in _json_blocks(a):
-        out.append(f"<h3>{_e(name)}</h3><pre>{_e(text)}</pre>")
+        out.append(f"<{h_sub}>{_e(name)}</{h_sub}><pre>{_e(text)}</pre>")
     env = a["config"].get("env") or {}
-    out.append("<h3>VLLM_* environment</h3>")
-    out.append(_html_table(["variable", "value"], [[k, v] for k, v in env.items()], "env") if env else "<p>None in the log.</p>")
-    out.append(f'<p class="meta">Generated by kvlogdiag {_e(doc["version"])} (<code>kvlogdiag report --format html</code>).</p>')
-    out += ["</body>", "</html>"]
-    return "\n".join(out) + "\n"
+    out.append(f"<{h_sub}>VLLM_* environment</{h_sub}>")
+    out.append(_html_table(["variable", "value"], [[k, v] for k, v in env.items()], "env" + suffix) if env
+               else "<p>None in the log.</p>")
+    return out
 
 
 def _html_chart(pics: dict | None, name: str, alt: str) -> str:
@@ -723,6 +767,47 @@ def _html_chart(pics: dict | None, name: str, alt: str) -> str:
     if not uri:
         return ""
     return f'<img class="chart" alt="{_e(alt)}" src="{_e(uri)}">'
+
+
+# --- the engine: input → report text ---------------------------------------------------------------
+
+
+class ReportError(Exception):
+    """A report that cannot be made (empty paste, no such run): one line, exit 2."""
+
+
+def read_input(analyzer: Analyzer, source: str | None, clipboard: bool, max_bytes: int,
+               hint: Callable[[str], None]) -> InputAnalysis:
+    """Read and analyse the log; ``hint`` gets the paste prompt when stdin is a terminal.
+    Raises `InputError` (unreadable input) or `ReportError` (empty input)."""
+    fh = None
+    try:
+        name, fh = _open(source, clipboard, max_bytes, hint)
+        result = analyzer.analyze_stream(fh, name)
+    finally:
+        if fh is not None:
+            try:
+                fh.close()
+            except Exception:  # noqa: BLE001 - closing a broken stream must not hide the real error
+                pass
+    if result.current.lines_read == 0:
+        raise ReportError(f"{name}: empty input, nothing to report" + (" (paste the log, then Ctrl-D)" if name == "stdin" else ""))
+    return result
+
+
+def make_report(result: InputAnalysis, run: str = "last", fmt: str = "markdown", redact: bool = True,
+                min_severity: str = "info") -> tuple[str, list[Analysis]]:
+    """The report text on the selected runs (``last``, ``first``, ``all`` newest first, or a 1-based
+    number) and those runs. Raises `ReportError` for a run the input does not have."""
+    try:
+        chosen = result.select(run)
+    except IndexError as exc:
+        raise ReportError(str(exc)) from None
+    doc = build_document(chosen, min_severity)
+    if redact:
+        doc = redact_document(doc)
+    text = render_report_html(doc) if fmt == "html" else render_report_markdown(doc)
+    return text, chosen
 
 
 # --- the command ---------------------------------------------------------------------------------
@@ -751,6 +836,16 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+RUN_HELP = ("Which server start of the log: last (the current one), first, a run number (1 = first), "
+            "or all (one section per run, newest first).")
+
+
+def _check_run(ctx, param, value):
+    if value in ("last", "first", "all") or (value.isdigit() and int(value) >= 1):
+        return value
+    raise click.BadParameter(f"{value!r}: use last, first, all or a run number (1, 2, ...)")
+
+
 def _decorate(rule_options) -> click.Command:
     f = rule_options(_report)
     for d in reversed([
@@ -762,6 +857,8 @@ def _decorate(rule_options) -> click.Command:
         click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write the report here [default: stdout]."),
         click.option("--redact/--no-redact", default=True, show_default=True,
                      help="Mask host names, IPs, home-directory user names, API keys, HF tokens and e-mails."),
+        click.option("--run", "run", default="last", show_default=True, metavar="last|first|N|all", callback=_check_run,
+                     help=RUN_HELP),
         click.option("--max-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_BYTES, show_default=True,
                      help="Stop reading after this many (decompressed) bytes."),
     ]):
@@ -769,13 +866,15 @@ def _decorate(rule_options) -> click.Command:
     return f
 
 
-def _report(source: str | None, clipboard: bool, fmt: str, output: str | None, redact: bool, max_bytes: int, **kw: Any) -> None:
+def _report(source: str | None, clipboard: bool, fmt: str, output: str | None, redact: bool, run: str, max_bytes: int,
+            **kw: Any) -> None:
     """Turn one log (FILE, - or a paste on stdin, or --clipboard) into a report for an issue.
 
     \b
     kvlogdiag report server.log > issue.md
     kvlogdiag report                      paste, then Ctrl-D
     kvlogdiag report --clipboard --format html -o report.html
+    kvlogdiag report --run all restarted.log   one section per server start
     """
     from kvlogdiag.cli.main import ExitCode, build_analyzer, err, fail_exit, report_rule_errors
 
@@ -784,37 +883,13 @@ def _report(source: str | None, clipboard: bool, fmt: str, output: str | None, r
         sys.exit(ExitCode.ERROR)
     analyzer = build_analyzer(kw)
     opts = analyzer.options
-    fh = None
     try:
-        name, fh = _open(source, clipboard, max_bytes)
-        facts = analyzer.extract_stream(fh, name)
-    except InputError as exc:
-        err(str(exc))
-        sys.exit(ExitCode.ERROR)
-    except RuleLoadError as exc:  # --strict-rules
-        err(str(exc))
-        sys.exit(ExitCode.ERROR)
-    finally:
-        if fh is not None:
-            try:
-                fh.close()
-            except Exception:  # noqa: BLE001 - closing a broken stream must not hide the real error
-                pass
-    if facts.lines_read == 0:
-        err(f"{name}: empty input, nothing to report" + (" (paste the log, then Ctrl-D)" if name == "stdin" else ""))
-        sys.exit(ExitCode.ERROR)
-    try:
-        analysis = analyzer.analyze_facts(facts)
-    except RuleLoadError as exc:
+        result = read_input(analyzer, source, clipboard, max_bytes, lambda msg: click.echo(msg, err=True))
+        text, shown = make_report(result, run, fmt, redact, opts.min_severity)
+    except (InputError, ReportError, RuleLoadError) as exc:  # RuleLoadError: --strict-rules
         err(str(exc))
         sys.exit(ExitCode.ERROR)
     fatal = report_rule_errors(analyzer)
-    doc = build_document(analysis, facts, opts.min_severity)
-    if redact:
-        red = Redactor()
-        doc = red.redact_obj(doc)
-        doc["redaction"] = red.summary()
-    text = render_report_html(doc) if fmt == "html" else render_report_markdown(doc)
     if output:
         try:
             with open(output, "w", encoding="utf-8", newline="\n") as fp:
@@ -827,7 +902,7 @@ def _report(source: str | None, clipboard: bool, fmt: str, output: str | None, r
         click.echo(text, nl=False)
     if fatal:
         sys.exit(ExitCode.ERROR)
-    sys.exit(fail_exit([analysis], opts.fail_on))
+    sys.exit(fail_exit(shown, opts.fail_on))
 
 
 report = _command()
