@@ -32,7 +32,7 @@ NAMES = {
     **_ends("rank_kv", "that group", "gib"),
     "rank_kv_lost_tokens": "KV tokens the group loses because every rank gets the smallest rank's pool: (largest - smallest GiB) x 2^30 / bytes_per_token",
     "rank_kv_spread_stage_known": "that group is one PP stage for sure (PP = 1, or PP stage in every rank prefix)",
-    "dp_kv_spread_pct": "spread across the DP groups of one run of their KV memory (smallest per group) or, without memory figures, KV tokens, % of the smallest",
+    "dp_kv_spread_pct": "largest spread across the DP groups of one run, of their KV memory (smallest per group) or of their KV tokens, % of the smallest; the _gib or the _tokens ends say which",
     **_ends("dp_kv", "DP groups compared by KV memory", "gib"),
     **{k: v for k, v in _ends("dp_kv", "DP groups compared by KV tokens", "tokens").items() if "_rank" not in k and "_line" not in k},
     "run_bpt_spread_pct": "largest spread of bytes per token across the pairings of one run, % of the smallest",
