@@ -45,7 +45,15 @@ def score(directory: Path, verbose: bool = False) -> dict:
         r = verdict(exp_path.with_suffix(".log"))
         n["logs"] += 1
         status = ""
-        if exp.get("not_in_excerpt"):
+        if not exp["failed"]:
+            n["not_failed"] = n.get("not_failed", 0) + 1
+            if r["cause_line"] is not None:
+                n["wrong"] += 1
+                status = f"WRONG: a start-up cause on a log that shows none: {r['cause_text']!r}"
+            else:
+                n["not_failed_quiet"] = n.get("not_failed_quiet", 0) + 1
+                status = "no start-up failure, quiet" if not r["failed"] else "no cause reported (failed=True)"
+        elif exp.get("not_in_excerpt"):
             n["without_cause"] += 1
             if r["cause_line"] is not None:
                 n["wrong"] += 1
@@ -80,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     n = score(a.directory, a.verbose)
     print(f"logs {n['logs']}: cause found {n['found']}/{n['with_cause']}, class right {n['class_right']}/{n['found']}, "
-          f"'not in excerpt' said {n['said_absent']}/{n['without_cause']}, wrong causes {n['wrong']}")
+          f"'not in excerpt' said {n['said_absent']}/{n['without_cause']}, wrong causes {n['wrong']}"
+          + (f", not start-up failures left without a cause {n.get('not_failed_quiet', 0)}/{n['not_failed']}" if n.get("not_failed") else ""))
     return 0 if n["wrong"] == 0 else 1
 
 

@@ -72,12 +72,19 @@ case_kvcache_space_above_free_memory() {
         --max-model-len 2048
 }
 case_gmu_too_low_no_kv_memory() {
+    # gmu x RAM must be below what the worker process itself holds (about 0.6 GiB for the tiny model)
     run gmu_too_low_no_kv_memory -u VLLM_CPU_KVCACHE_SPACE -- "$TINY" "${COMMON[@]}" \
+        --max-model-len 2048 --gpu-memory-utilization "${GMU_LOW:-0.02}"
+}
+case_ok_gmu_005_started() {
+    # not a failure on a machine with >= 15 GiB: 0.05 x RAM still leaves a little KV memory
+    STOP_WHEN="Application startup complete" run ok_gmu_005_started -u VLLM_CPU_KVCACHE_SPACE -- "$TINY" "${COMMON[@]}" \
         --max-model-len 2048 --gpu-memory-utilization 0.05
 }
-case_empty_kvcache_space_env() {
-    # an empty VLLM_CPU_KVCACHE_SPACE: the worker fails on int('')
-    run empty_kvcache_space_env VLLM_CPU_KVCACHE_SPACE= -- "$TINY" "${COMMON[@]}" --max-model-len 2048
+case_kvcache_space_empty_default_gmu() {
+    # VLLM_CPU_KVCACHE_SPACE set but empty counts as unset (vllm/platforms/cpu.py): the default
+    # --gpu-memory-utilization 0.92 of the node's RAM is then reserved, more than is available
+    run kvcache_space_empty_default_gmu VLLM_CPU_KVCACHE_SPACE= -- "$TINY" "${COMMON[@]}" --max-model-len 2048
 }
 case_block_size_16() {
     run block_size_16 VLLM_CPU_KVCACHE_SPACE=1 -- "$TINY" "${COMMON[@]}" --max-model-len 2048 --block-size 16
@@ -86,14 +93,15 @@ case_insufficient_kv_for_max_model_len() {
     run insufficient_kv_for_max_model_len VLLM_CPU_KVCACHE_SPACE=1 -- "$TINY_WIDE" "${COMMON[@]}" --max-model-len 131072
 }
 case_hybrid_manager_explicitly_enabled() {
-    # The CPU platform supports the hybrid manager, but chunked local attention makes vLLM turn it off
-    # (vllm/config/vllm.py): a tiny model with attention_chunk_size plus the explicit flag is refused.
-    local dir="$OUT/.tinymodel-chunked"
+    # The CPU platform supports the hybrid manager; chunked local attention makes vLLM turn it off
+    # when VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=0 (vllm/config/vllm.py, 0.32: default 1),
+    # so a tiny model with attention_chunk_size plus the explicit flag is refused.
+    local dir="${TMPDIR:-/tmp}/kvlogdiag-tinymodel-chunked"
     mkdir -p "$dir"
     "$VLLM_VENV/bin/python" -c "import json,sys; c=json.load(open(sys.argv[1])); c['attention_chunk_size']=256; json.dump(c, open(sys.argv[2],'w'))" \
         "$TINY/config.json" "$dir/config.json"
     cp "$TINY/generation_config.json" "$dir/" 2>/dev/null
-    run hybrid_manager_explicitly_enabled VLLM_CPU_KVCACHE_SPACE=1 -- "$dir" "${COMMON[@]}" \
+    run hybrid_manager_explicitly_enabled VLLM_CPU_KVCACHE_SPACE=1 VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=0 -- "$dir" "${COMMON[@]}" \
         --max-model-len 2048 --no-disable-hybrid-kv-cache-manager
     rm -rf "$dir"
 }
@@ -126,7 +134,7 @@ case_bad_kv_transfer_config() {
 }
 
 ALL="max_model_len_above_max_position batched_tokens_below_max_model_len gmu_above_free_memory
-kvcache_space_above_free_memory gmu_too_low_no_kv_memory empty_kvcache_space_env block_size_16
+kvcache_space_above_free_memory gmu_too_low_no_kv_memory kvcache_space_empty_default_gmu block_size_16
 insufficient_kv_for_max_model_len hybrid_manager_explicitly_enabled retention_interval_not_multiple
-port_in_use missing_model_path bad_kv_transfer_config ok_gemma2_hybrid_manager_enabled"
+port_in_use missing_model_path bad_kv_transfer_config ok_gemma2_hybrid_manager_enabled ok_gmu_005_started"
 for c in ${@:-$ALL}; do "case_$c"; done

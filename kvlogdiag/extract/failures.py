@@ -40,6 +40,10 @@ _PYDANTIC_ITEM = re.compile(r"^(?:Value error, (?P<value_error>.*)|(?P<item>.*\[
 _PID = re.compile(r"\((?P<name>[^()]*?) pid=(?P<pid>\d+)")
 _STARTED = ("Application startup complete", "Uvicorn running on")
 _FRAME = re.compile(r'^File "[^"]*", line \d+')
+# frames only a running server executes: a traceback through them is a runtime crash, not a failed start
+# (execute_model is not one of them: V0 profiles the KV cache with it during start-up)
+_RUNTIME_FRAME = re.compile(r'^File "[^"]*", line \d+,? in (?:run_engine_loop|engine_step|run_busy_loop|'
+                            r'_process_engine_step|step_with_batch_queue|_process_input_queue)\b')
 _WARNING_EXC = re.compile(r"Warning$")
 _SIGNALS = {"9": "SIGKILL", "-9": "SIGKILL", "15": "SIGTERM", "-15": "SIGTERM", "6": "SIGABRT", "-6": "SIGABRT",
             "11": "SIGSEGV", "-11": "SIGSEGV", "137": "SIGKILL", "139": "SIGSEGV", "134": "SIGABRT"}
@@ -97,6 +101,7 @@ class StartupTracker:
         self.deaths: list[dict] = []
         self.failed_procs: str | None = None
         self.served_line = 0  # a line showing the server was up (startup complete, stats)
+        self.runtime_line = 0  # first traceback frame of the running engine loop (a runtime crash)
         self.last_line = 0
         self.last_unterminated = False
         # called with the verdict the moment a cause line is read (watch mode reports it then)
@@ -108,7 +113,7 @@ class StartupTracker:
         self.last_line = line.number
         self.last_unterminated = line.unterminated
         text = line.text
-        if self.served_line:
+        if self.served_line or self.runtime_line:
             return  # the server came up: later errors are runtime errors, not a failed start
         if any(s in text for s in _STARTED) or "Avg prompt throughput" in text:
             if not self.echoes and not self.deaths:
@@ -122,14 +127,21 @@ class StartupTracker:
         if body_s.startswith("Traceback (most recent call last)"):
             self._open_tb(proc, line.number, body_s, level)
             return
+        if _RUNTIME_FRAME.match(body_s) and not self.runtime_line and self.cause is None:
+            self.runtime_line = line.number
         tb = self._tb.get(proc)
         if tb is None and level not in ("INFO", "DEBUG", "WARNING", "WARN") and _FRAME.match(body_s):
             # an excerpt that starts inside a traceback: its frames without the first line
             self._open_tb(proc, line.number, body_s, level)
             return
+        # the source line a traceback prints under each frame ("raise ValueError(\"...\")") quotes the
+        # message but is not the error
+        em = _EXC.match(body_s)
+        code_line = body_s.startswith("raise ") or (
+            em is None and body.startswith("    ") and bool(tb) and tb[-1][0] == line.number - 1
+            and _FRAME.match(tb[-1][1]) is not None)
         if tb is not None:
             tb.append((line.number, body_s))
-        em = _EXC.match(body_s)
         if em is not None and tb is not None:
             self._tb.pop(proc, None)  # the exception line closes the traceback
             self._tb_level.pop(proc, None)
@@ -146,7 +158,7 @@ class StartupTracker:
         vm = _VALIDATION.search(body_s)
         if vm:
             self._validation[proc] = vm.group("config")
-        if self.cause is not None:
+        if self.cause is not None or code_line:
             return
         m = self.cat.match(body_s)
         exc = em.group("exc") if em else None
@@ -214,14 +226,15 @@ class StartupTracker:
         """The start-up verdict: ``failed``, the cause (class, line, text, process, numbers, fix), the
         echoes, and ``not_in_excerpt_reason`` when the excerpt shows a failure but not its cause."""
         c = self.cause
-        open_tb = self._failing_tracebacks() if not self.served_line else []
-        failed = c is not None or bool(self.echoes) or bool(self.deaths) or bool(open_tb)
+        open_tb = self._failing_tracebacks() if not (self.served_line or self.runtime_line) else []
+        failed = c is not None or ((bool(self.echoes) or bool(self.deaths) or bool(open_tb)) and not self.runtime_line)
         out: dict[str, Any] = {
             "failed": failed, "cause_id": None, "cause_class": None, "cause_line": None, "cause_text": None,
             "cause_raw": None, "exception": None, "process": None, "numbers": {}, "details": {}, "fix": None,
             "links": [], "versions": None, "traceback_tail": [], "echoes": list(self.echoes),
             "echo_count": self.echo_count, "died": list(self.deaths), "failed_core_procs": self.failed_procs,
             "not_in_excerpt_reason": None, "served_line": self.served_line or None, "raised_in": None,
+            "runtime_crash_line": self.runtime_line or None,
         }
         if c is not None:
             out.update(cause_line=c.line, cause_text=c.text, cause_raw=c.raw, process=c.process,
