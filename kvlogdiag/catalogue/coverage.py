@@ -114,7 +114,7 @@ def render_line(style: str, level: str, file: str, msg: str) -> str:
 
 # --- sample values -----------------------------------------------------------------------------
 
-_INT_HINT = re.compile(r"token|len|block|size|num|count|seqs|interval|_id\b|rank|world|step|pid|batch|chunk|group|limit|max|\bn\b|idx|index|capacity|threshold", re.I)
+_INT_HINT = re.compile(r"token|len|block|size|num|count|seqs|interval|_id\b|rank|world|step|pid|batch|chunk|group|limit|max|\bn\b|idx|index|capacity|threshold|node", re.I)
 _FLOAT_HINT = re.compile(r"gib|\bgb\b|_gb|memory|mem\b|bytes|util|ratio|concurren|usage|rate|throughput|time|sec|fraction|percent|gpu_memory", re.I)
 
 
@@ -127,11 +127,17 @@ def _kind(hint: str, spec: str) -> str:
             return "float"
     else:
         body = spec.split(":", 1)[1] if ":" in spec else ""
-        if body[-1:] in "dn" or body in (",", "_"):
+        if body and (body[-1] in "dn" or body in (",", "_")):
             return "int"
-        if body[-1:] in "eEfFgG%":
+        if body and body[-1] in "eEfFgG%":
             return "float"
     h = hint.lower()
+    if re.search(r":,}", h):
+        return "int_text"  # f'{n:,}' passed to %s: already a string with separators
+    if re.search(r"format_gib|gib_bytes|1 << 30|2 \*\* 30|\bgib\(", h):
+        return "float"
+    if re.search(r"(?:memory|_bytes|memory_size)$", h) and "util" not in h and spec in ("", "%s", "%d", "!s"):
+        return "bytes"  # a raw byte count (vLLM-Ascend, XPU print them unconverted)
     if "version" in h:
         return "version"
     if h.startswith("tuple(") or h.endswith("sizes"):
@@ -149,6 +155,10 @@ def _kind(hint: str, spec: str) -> str:
     return "word"
 
 
+# what vLLM has left for the KV cache after profiling: the one memory figure that can print negative
+_SIGNED = re.compile(r"available_kv_cache", re.I)
+
+
 def sample_value(hint: str, spec: str, rnd: random.Random) -> Any:
     """A value of the kind the placeholder prints: ints up to millions (so separators show), floats
     (negative for memory figures sometimes: vLLM prints a negative 'Available KV cache memory'),
@@ -158,9 +168,14 @@ def sample_value(hint: str, spec: str, rnd: random.Random) -> Any:
         return rnd.choice([rnd.randint(0, 9), rnd.randint(10, 9_999), rnd.randint(10_000, 99_999_999)])
     if kind == "float":
         v = round(rnd.uniform(0, 200), rnd.choice([1, 2, 4]))
-        if re.search(r"avail", hint, re.I) and rnd.random() < 0.3:
-            v = -v  # what is left for the KV cache can be negative; weights or totals cannot
+        if _SIGNED.search(hint) and rnd.random() < 0.3:
+            v = -v  # what is left for the KV cache can be negative; weights, totals or free memory cannot
         return v
+    if kind == "bytes":
+        v = rnd.randint(10**8, 2 * 10**11)
+        return -v if _SIGNED.search(hint) and rnd.random() < 0.3 else v
+    if kind == "int_text":
+        return f"{rnd.randint(1_000, 2_000_000):,}"
     if kind == "tuple":
         return tuple(rnd.choice([16, 32, 64, 128, 528, 4096]) for _ in range(rnd.randint(1, 3)))
     if kind == "dict":

@@ -296,10 +296,19 @@ pat("util_too_high_start", "V1 >=0.9, vLLM-Ascend", "is less than desired GPU me
 pat("auto_fit_failed", ">=0.14", "Cannot auto-fit max_model_len",
     r"Cannot auto-fit max_model_len: not enough GPU memory",
     [("ValueError: Cannot auto-fit max_model_len: not enough GPU memory available to serve even a single token. Try increasing `gpu_memory_utilization`.", {})])
-pat("memory_profiling_error", "V1", "Error in memory profiling",
-    r"Error in memory profiling\. Initial free memory (?P<initial>[\d.]+) GiB, current free memory (?P<current>[\d.]+) GiB",
+pat("memory_profiling_error", "all (GiB in V1; bytes in V0 0.7-0.10, XPU, vLLM-Ascend <= 0.13; no figures in 0.4)", "Error in memory profiling",
+    r"Error in memory profiling\.(?: Initial (?:free|used) memory (?P<initial>\d+(?:\.\d+)?)(?: GiB)?, current(?:ly used| free) memory (?P<current>\d+(?:\.\d+)?))?",
     [("AssertionError: Error in memory profiling. Initial free memory 70.1 GiB, current free memory 72.3 GiB. This happens when other processes sharing the same container release GPU memory",
-      {"initial": "70.1", "current": "72.3"})])
+      {"initial": "70.1", "current": "72.3"}),
+     # vllm 0.10.2 vllm/worker/worker.py:338 (V0, bytes, since 0.7)
+     ("AssertionError: Error in memory profiling. Initial used memory 1073741824, currently used memory 2147483648. This happens when the GPU memory was not properly cleaned up before initializing the vLLM instance.",
+      {"initial": "1073741824", "current": "2147483648"}),
+     # vllm-ascend 0.13.0 vllm_ascend/worker/worker.py:286 (bytes)
+     ("AssertionError: Error in memory profiling. Initial free memory 60129542144, current free memory 61203283968. This happens when the NPU memory was not properly cleaned up before initializing the vLLM instance.",
+      {"initial": "60129542144", "current": "61203283968"}),
+     # vllm 0.4.3 vllm/worker/worker.py:163
+     ("AssertionError: Error in memory profiling. This happens when the GPU memory was not properly cleaned up before initializing the vLLM instance.",
+      {"initial": None})])
 pat("cpu_worker_over_budget", "CPU backend >=0.20", "of CPU memory reserved for it",
     r"The worker already uses (?P<used>[\d.]+) GiB .*?more than the (?P<reserved>[\d.]+) GiB of CPU memory reserved for it",
     [("ValueError: The worker already uses 5.2 GiB (model weights and runtime), more than the 4.0 GiB of CPU memory reserved for it on node 0, increase",
@@ -456,6 +465,14 @@ pat("util_budget_error", "0.32+ (start-up errors after excluding external weight
      ("ValueError: Externally held weights on device cuda:0 (20.1/79.19 GiB) exceed the desired GPU memory utilization (0.9, 71.27 GiB). Increase GPU memory utilization or reduce GPU memory used by other processes.",
       {"what": "Externally held weights", "gib": "20.1", "util": "0.9", "budget": "71.27"})],
     doc="vLLM >= 0.32 refuses to start: free (or externally held) memory against the utilization budget.")
+
+pat("cpu_kv_over_available", "CPU backend 0.20+ (explicit KV size larger than the node's free memory)",
+    "on kv cache allocation is less than requested memory for kv",
+    r"Available memory on node (?P<node>\d+) \((?P<avail>[\d.]+)/(?P<total>[\d.]+) GiB\) on kv cache allocation is less than requested memory for kv \((?P<gib>[\d.]+) GiB\)",
+    # vllm 0.33.0 vllm/v1/worker/cpu_worker.py:206 (ValueError, since 0.20.2)
+    [("ValueError: Available memory on node 0 (10.0/18.0 GiB) on kv cache allocation is less than requested memory for kv (12.0 GiB). Decrease --kv-cache-memory-bytes, VLLM_CPU_KVCACHE_SPACE, or reduce CPU memory used by other processes.",
+      {"node": "0", "avail": "10.0", "total": "18.0", "gib": "12.0"})],
+    doc="The CPU backend refuses to start: the KV size asked for does not fit in the node's free memory.")
 
 # sub-fields of the stats line tail, parsed only when a stats line matched
 STATS_TAIL = re.compile(

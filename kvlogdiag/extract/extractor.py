@@ -945,6 +945,11 @@ class Extractor:
         self._event("util_budget_error", self._with(fact, {key: _float(m.group("gib")), "total_gib": _float(m.group("total")),
                                                            "util": _float(m.group("util")), "budget_gib": _float(m.group("budget"))}))
 
+    def _h_cpu_kv_over_available(self, m, line, fact):
+        self.facts.platform.append(self._with(fact, "cpu", "cpu_kv_budget"))
+        self._event("cpu_kv_over_available", self._with(fact, {"node": _int(m.group("node")), "available_gib": _float(m.group("avail")),
+                                                               "total_gib": _float(m.group("total")), "requested_gib": _float(m.group("gib"))}))
+
     def _h_v0_profile_breakdown(self, m, line, fact):
         self._memory("weights_gib", fact, _float(m.group("weights")))
         self._memory("non_torch_gib", fact, _float(m.group("non_torch")))
