@@ -212,3 +212,21 @@ def test_a_broken_provider_file_is_a_load_error_naming_it(tmp_path, body, error)
     with pytest.raises(rule_context.ProviderError) as exc:
         rule_context._load_provider("KVD098-broken", path)
     assert "kvlogdiag/rules/builtin/KVD098-broken.py" in str(exc.value) and error in str(exc.value)
+
+
+def test_a_failed_figure_in_applies_to_is_a_rule_error(monkeypatch, tmp_path):
+    """applies_to reads engine/platform/role/version: when those failed, the rule must not run as if they were unknown."""
+    from kvlogdiag.rules.engine import RuleSet
+
+    def broken_identity(b):
+        raise TypeError("'NoneType' object is not subscriptable")
+
+    monkeypatch.setitem(rule_context._FILLERS, "identity", broken_identity)
+    rule = load_rule(str(tmp_path / "USR002-v1-only.toml"),
+                     'code = "USR002"\nname = "v1-only"\nseverity = "info"\nsummary = "s"\nwhy = "w"\nfix = "f"\n'
+                     'condition = "stats_lines >= 0"\nmessage = "m"\n[applies_to]\nengine = ["v1"]\n')
+    analyzer = Analyzer(Options(), rules=RuleSet([rule]))
+    a = analyzer.analyze_stream(io.BytesIO(PEAK_85.encode()), "t.log").to_json()
+    assert a["findings"] == []
+    [err] = analyzer.rule_errors
+    assert "USR002" in err.message and "engine" in err.message and "TypeError" in err.message

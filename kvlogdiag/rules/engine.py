@@ -511,7 +511,8 @@ def namespace_markdown() -> list[str]:
 
 def rule_names_used(rule: Rule) -> set[str]:
     """Every context name a rule reads: in its lets, conditions, messages, fixes and evidence."""
-    used: set[str] = set()
+    used: set[str] = {name for key, name in (("engine", "engine"), ("platform", "platform"), ("role", "node_role"),
+                                              ("vllm", "vllm_version")) if key in rule.applies_to}
     for _, cond in rule.lets:
         used |= cond.names
     texts = [rule.fix]
@@ -612,12 +613,12 @@ def evaluate(rules: RuleSet, facts: LogFacts, analysis: dict, options: Options |
             raise RuleLoadError(err.message) from None
 
     for rule in rules.rules:
-        if not applies(rule, ctx):
-            continue
         used = rule_names_used(rule)
         bad = sorted(n for n in used if n in context.failed)
         if bad:
             fail(rule, f"figure {', '.join(bad)} could not be computed: {context.failed[bad[0]]}")
+            continue
+        if not applies(rule, ctx):
             continue
         cut = [p for p in rule.line_patterns if p in stopped]
         if cut:
