@@ -467,3 +467,15 @@ def test_docs_capacity_md_section_8_shows_current_output(args):
     # §8.3 shows the whole output; §8.2 the Capacity … Live tokens sections
     block = out if "--log" in args else out[out.index("Capacity"):out.index("Assumptions")]
     assert _indented(block) in doc, "docs/capacity.md §8 is stale: re-run the example and paste its output"
+
+
+def test_docs_capacity_md_two_start_example_is_current_output():
+    """The excerpt of §8.3 (``--run 1`` on a two-start log): every shown line is in today's output."""
+    doc = (ROOT / "docs" / "capacity.md").read_text(encoding="utf-8")
+    cmd = "    $ kvlogdiag estimate --log tests/data/multirun/concat_single_then_tp4.log --run 1\n"
+    excerpt = doc[doc.index(cmd) + len(cmd):].split("\n\n")[0].splitlines()
+    shown = [line[4:] for line in excerpt if line.strip() != "…"]
+    assert len(shown) == 5
+    out = run("--log", str(MULTIRUN / "concat_single_then_tp4.log"), "--run", "1").stdout.splitlines()
+    for line in shown:
+        assert line in out, f"docs/capacity.md §8.3 is stale: {line!r}"
