@@ -9,6 +9,8 @@ and classified:
 * ``covered`` — a catalogue pattern (other than the incidental ones in ``INCIDENTAL``) matched and
   every number and string the extractor recorded from the line is one that was printed on it;
 * ``mismatch`` — something was extracted that is not on the line (a cut or misread value: a bug);
+* ``value_lost`` — a pattern reads a line of a value-bearing category (KV memory and size,
+  concurrency, blocks, version, stats) but none of the numbers printed in its placeholders came back;
 * ``unmatched`` — no pattern reads the line.
 
 Strings deliberately not covered are listed with why in ``not_covered.json`` (``id → reason``).
@@ -228,7 +230,20 @@ def render(tpl: list, rnd: random.Random) -> tuple[str, list[str]]:
 
 def matching_patterns(text: str) -> list[str]:
     """Catalogue patterns whose keyword occurs in the message and whose regex matches it."""
-    return [p.name for p in catalogue() if any(k in text for k in p.keywords) and p.regex.search(text)]
+    return [name for name, _ in _matches(text)]
+
+
+def _matches(text: str) -> list[tuple[str, re.Match]]:
+    out = []
+    for p in catalogue():
+        if any(k in text for k in p.keywords):
+            m = p.regex.search(text)
+            if m is not None:
+                out.append((p.name, m))
+    return out
+
+
+_NUMERIC_GROUP = re.compile(r"-?[\d,]*\d(?:\.\d+)?")
 
 
 def _values(obj: Any, out: list) -> None:
@@ -311,7 +326,15 @@ def check_line(line: str) -> Check:
     values = extracted_values(facts)
     nums = _numbers(ln.text)
     foreign = [v for v in values if not _on_line(v, ln.text, nums)]
-    return Check(line, matching_patterns(ln.text), values, foreign)
+    matches = _matches(ln.text)
+    for name, m in matches:
+        if name in INCIDENTAL:
+            continue
+        for g in m.groups():
+            # a numeric group must hold a whole printed number (not "485" of "485,088")
+            if g and _NUMERIC_GROUP.fullmatch(g) and not _on_line(float(g.replace(",", "")), ln.text, nums):
+                foreign.append(f"{name}:{g}")
+    return Check(line, [name for name, _ in matches], values, foreign)
 
 
 # --- the measurement ----------------------------------------------------------------------------
@@ -323,7 +346,7 @@ class EntryResult:
     file: str
     text: str
     versions: list[str]
-    status: str  # covered | mismatch | unmatched
+    status: str  # covered | mismatch | value_lost | unmatched
     patterns: list[str]
     example: str  # a rendered line that shows the status
     reason: str | None = None  # why it is deliberately not read (from not_covered.json)
@@ -355,6 +378,7 @@ class Coverage:
         t = self.total or 1
         return {"strings": self.total, "covered": self.covered, "listed": self.listed,
                 "missing": len(self.missing()), "mismatch": sum(e.status == "mismatch" for e in self.entries),
+                "value_lost": sum(e.status == "value_lost" for e in self.entries),
                 "covered_pct": round(100 * self.covered / t, 2),
                 "accounted_pct": round(100 * (self.covered + self.listed) / t, 2)}
 
@@ -362,21 +386,52 @@ class Coverage:
 def evaluate_entry(entry: dict, versions: list[str], rnd: random.Random, tries: int = 3) -> tuple[str, list[str], str]:
     """(status, patterns, example line) over every prefix style of every release of the entry,
     ``tries`` value draws each; the worst status wins (mismatch > unmatched > covered)."""
-    rank = {"covered": 0, "unmatched": 1, "mismatch": 2}
+    rank = {"covered": 0, "unmatched": 1, "value_lost": 2, "mismatch": 3}
     styles: dict[str, None] = {}
     for rel in entry_versions(entry, versions):
         for s in prefix_styles(rel):
             styles[s] = None
     worst, pats, example = "covered", set(), ""
     for _ in range(tries):
-        msg, _printed = render(entry["t"], rnd)
+        msg, printed = render(entry["t"], rnd)
         for style in styles:
             for level in entry["levels"][:2]:
                 c = check_line(render_line(style, level, entry["file"], msg))
+                status = c.status
+                if status == "covered" and entry["cat"] in VALUE_CATEGORIES and not value_read(c, printed):
+                    status = "value_lost"
                 pats.update(p for p in c.patterns if p not in INCIDENTAL)
-                if rank[c.status] > rank[worst] or not example:
-                    worst, example = (c.status if rank[c.status] > rank[worst] else worst), c.line
+                if rank[status] > rank[worst] or not example:
+                    worst, example = (status if rank[status] > rank[worst] else worst), c.line
     return worst, sorted(pats), example
+
+
+# categories whose strings carry a figure kvlogdiag reports: when a pattern reads such a line and a
+# number was printed in a placeholder, at least one of those numbers must be among the extracted values
+VALUE_CATEGORIES = frozenset({"kv_memory", "kv_size", "concurrency", "blocks", "version", "stats"})
+
+
+def _printed_numbers(printed: list[str]) -> list[float]:
+    out = []
+    for p in printed:
+        m = _NUMERIC_GROUP.fullmatch(p.strip().rstrip("x%").strip("'"))
+        if m:
+            out.append(float(m.group(0).replace(",", "")))
+    return out
+
+
+def value_read(c: Check, printed: list[str]) -> bool:
+    """A printed placeholder value (a number, or a version string) came back from the extractor."""
+    nums = _printed_numbers(printed)
+    strings = [p.strip("'") for p in printed if not _NUMERIC_GROUP.fullmatch(p.strip().rstrip("x%").strip("'"))]
+    if not nums and not strings:
+        return True  # nothing printed that could come back
+    for v in c.values:
+        if isinstance(v, str) and any(v == s for s in strings):
+            return True
+        if isinstance(v, (int, float)) and any(math.isclose(v, n, rel_tol=1e-9) or math.isclose(v * 2**30, n, rel_tol=1e-9) for n in nums):
+            return True
+    return not nums  # only words were printed (a device name): nothing numeric to lose
 
 
 def measure(harvest: dict | None = None, not_covered: dict[str, str] | None = None, seed: int = 13) -> Coverage:
@@ -421,7 +476,8 @@ def coverage_text(verbose: bool = False, markdown: bool = False, cov: Coverage |
     out = [tabulate(list(table_rows(cov)), headers=TABLE_HEADERS, tablefmt=fmt), "",
            f"all releases: {s['covered']}/{s['strings']} harvested fact-bearing strings covered ({s['covered_pct']:.2f} %); "
            f"{s['listed']} listed as deliberately not read, {s['missing']} missing "
-           f"(covered + listed {s['accounted_pct']:.2f} %); {s['mismatch']} read with a wrong value"]
+           f"(covered + listed {s['accounted_pct']:.2f} %); {s['mismatch']} read with a wrong value, "
+           f"{s['value_lost']} read without their figure"]
     if verbose:
         rows = [[e.id, e.status, e.cat, e.file, e.text, e.reason or "-"]
                 for e in sorted(cov.entries, key=lambda e: (e.reason is not None, e.cat, e.text)) if e.status != "covered"]
