@@ -384,13 +384,87 @@ def harvest(sdists: list[tuple[str, str, Path]], log=print, jobs: int = 1) -> di
     }
 
 
+# pip prepares an sdist's metadata before it keeps the file, and vLLM's setup.py needs torch and a CUDA
+# toolkit for that. These two modules, put on PYTHONPATH for the pip child processes, make pip's PEP 517
+# metadata hook read the sdist's own PKG-INFO instead: the download is still pip's, from the index.
+_PKGINFO_BACKEND = '''
+import os
+def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
+    with open("PKG-INFO", encoding="utf-8") as fh:
+        fields = dict(l.split(": ", 1) for l in fh.read().splitlines() if ": " in l and not l.startswith(" "))
+    d = os.path.join(metadata_directory, "%s-%s.dist-info" % (fields["Name"].replace("-", "_"), fields["Version"]))
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "METADATA"), "w", encoding="utf-8") as fh:
+        fh.write("Metadata-Version: 2.1\\nName: %s\\nVersion: %s\\n" % (fields["Name"], fields["Version"]))
+    return os.path.basename(d)
+def get_requires_for_build_wheel(config_settings=None):
+    return []
+'''
+_SITECUSTOMIZE = '''
+import os
+for var, path_var in (("_PYPROJECT_HOOKS_BUILD_BACKEND", "_PYPROJECT_HOOKS_BACKEND_PATH"), ("PEP517_BUILD_BACKEND", "PEP517_BACKEND_PATH")):
+    if var in os.environ:
+        os.environ[var] = "kvlogdiag_pkginfo_backend"
+        os.environ.pop(path_var, None)
+'''
+
+
+def _index_versions(pkg: str) -> list[str]:
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-m", "pip", "index", "versions", pkg], capture_output=True, text=True).stdout
+    m = re.search(r"Available versions: (.*)", out)
+    return [v.strip() for v in m.group(1).split(",")] if m else []
+
+
+def download(folder: Path, jobs: int = 3, log=print) -> None:
+    """Every minor release's last patch of vllm (from 0.2) and vllm-ascend into ``folder`` with pip
+    (files already there are kept and reused)."""
+    import os
+    import subprocess
+    import tempfile
+    from concurrent.futures import ThreadPoolExecutor
+
+    folder.mkdir(parents=True, exist_ok=True)
+    want = []
+    for pkg in ("vllm", "vllm-ascend"):
+        last: dict[str, str] = {}
+        for v in _index_versions(pkg):
+            if re.search(r"(rc|dev|a|b)\d*$", v) or (pkg == "vllm" and _vkey(v) < _vkey("0.2")):
+                continue
+            if _minor(v) not in last or _vkey(v) > _vkey(last[_minor(v)]):
+                last[_minor(v)] = v
+        want += [(pkg, v) for v in last.values()]
+    have = {(("vllm-ascend" if "ascend" in m.group("pkg").lower() else "vllm"), m.group("ver"))
+            for m in (_VERSION_FILE.match(p.name) for p in folder.iterdir()) if m}
+    todo = [(p, v) for p, v in want if (p, v) not in have]
+    with tempfile.TemporaryDirectory() as hooks:
+        Path(hooks, "kvlogdiag_pkginfo_backend.py").write_text(_PKGINFO_BACKEND)
+        Path(hooks, "sitecustomize.py").write_text(_SITECUSTOMIZE)
+        env = dict(os.environ, PYTHONPATH=hooks + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+        def one(item):
+            pkg, ver = item
+            r = subprocess.run([sys.executable, "-m", "pip", "download", f"{pkg}=={ver}", "--no-deps", "--no-binary", ":all:",
+                                "--no-build-isolation", "-d", str(folder)], capture_output=True, text=True, env=env)
+            # some releases have wheels only (vllm 0.15.x): reported, not fatal
+            tail = (r.stderr.strip().splitlines() or ["failed"])[-1]
+            log(f"{pkg} {ver}: " + ("ok" if r.returncode == 0 else "not downloaded: " + tail))
+
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            list(pool.map(one, todo))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("sdists", type=Path, help="folder with vllm-X.tar.gz / vllm_ascend-X.tar.gz sdists")
     ap.add_argument("-o", "--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--all", action="store_true", help="every release found, not only the last patch of each minor")
     ap.add_argument("-j", "--jobs", type=int, default=2, help="releases read in parallel")
+    ap.add_argument("--download", action="store_true", help="first fetch the missing sdists with pip (a few at a time)")
     a = ap.parse_args(argv)
+    if a.download:
+        download(a.sdists, log=lambda s: print(s, file=sys.stderr))
     if sys.version_info < (3, 12):
         print("warning: Python < 3.12 cannot parse PEP 701 f-strings of newer vLLM; see 'unparsed'", file=sys.stderr)
     chosen = select_sdists(a.sdists, a.all)
