@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import SAMPLE_LOGS_DIR
 
 TP4 = SAMPLE_LOGS_DIR / "v1_tp4_workers.log"
@@ -333,7 +332,7 @@ def test_interim_figures_on_a_slow_pipe_never_mix_ranks(tmp_path, watches):
     for ln in lines[kv[0]: kv[-1] + 1]:
         w.write(ln)
         sent += ln
-        w.wait_for(lambda: w.stdout() == sent, 10, "the echo of the line")
+        w.wait_for(lambda sent=sent: w.stdout() == sent, 10, "the echo of the line")
         time.sleep(0.05)  # room for an evaluation between two lines (the old engine printed 81,827 here)
     w.wait_for(lambda: [e for e in w.events() if e["event"] == "figures"], 10, "the figures")
     w.write(b"".join(lines[kv[-1] + 1:]))
@@ -383,15 +382,15 @@ def test_held_back_repeats_are_printed_before_the_final_summary():
     assert kinds.index("summary") > max(i for i, e in enumerate(events()) if e["event"] == "finding")
 
 
-def test_a_severity_that_rises_is_printed_at_once_and_a_finding_that_stops_holding_is_withdrawn():
+def test_a_severity_that_rises_is_printed_at_once():
     """insufficient_kv_215000 line by line: KVD002 warns at the arguments (line 3) and becomes an error
-    when vLLM refuses to start (line 87) — printed then, whatever --repeat-after. KVD017 ("failed before
-    the KV cache was sized") holds at line 71 and not once the KV error that follows is read."""
+    when vLLM refuses to start (line 87) — printed then, whatever --repeat-after."""
     w, events = engine(repeat_after=3600)
     replay_slowly(w, INSUFFICIENT.read_bytes())
     assert w.finish("eof") == 1
     kvd002 = [e for e in events() if e["event"] == "finding" and e["rule"] == "KVD002"]
-    assert [(e["severity"], e["repeat"]) for e in kvd002] == [("warning", 0), ("error", 1)]
+    assert [(e["severity"], e["repeat"], e["line"]) for e in kvd002] == [("warning", 0, 3), ("error", 1, 87)]
+    # what still holds at the end is what analyze says (findings that stopped holding were withdrawn)
     final = next(e for e in events() if e["event"] == "final")["analysis"]
     holding: set[str] = set()
     for e in events():
@@ -399,8 +398,27 @@ def test_a_severity_that_rises_is_printed_at_once_and_a_finding_that_stops_holdi
             holding.add(e["rule"])
         elif e["event"] == "note" and e["kind"] == "withdrawn":
             holding.discard(e["rule"])
-    assert "KVD017" in {e["rule"] for e in events() if e["event"] == "note" and e["kind"] == "withdrawn"}
     assert holding == {f["rule"] for f in final["findings"]}
+
+
+def test_a_finding_that_stops_holding_is_withdrawn(monkeypatch):
+    """A rule can hold on a prefix and not once a later line is read (e.g. 'failed before the KV cache was
+    sized' until the KV error printed right after the failure): watch withdraws what it printed."""
+    import dataclasses
+
+    from kvlogdiag.result import Finding, Severity
+
+    w, events = engine()
+    w.take(TP4.read_bytes())
+    real = w._analyse
+    held = Finding("KVD099", "test-rule", Severity.WARNING, "holds on the prefix", line=3)
+    answers = iter([[held], []])
+    monkeypatch.setattr(w, "_analyse", lambda i: dataclasses.replace(real(i), findings=next(answers)))
+    w.evaluate()
+    w.evaluate()
+    kinds = [(e["event"], e.get("kind"), e.get("rule")) for e in events()]
+    assert ("finding", "rule", "KVD099") in kinds and kinds[-1] == ("note", "withdrawn", "KVD099")
+    assert "KVD099" not in w.rates
 
 
 def test_no_warning_of_watchs_own_single_running_with_queue():
@@ -413,10 +431,8 @@ def test_no_warning_of_watchs_own_single_running_with_queue():
     found = [e for e in events() if e["event"] == "finding"]
     assert not [e for e in found if "single-running" in e["name"] or e["rule"] is None]
     from kvlogdiag.pipeline import Analyzer
-    from kvlogdiag.input import reader
-    import io as _io
 
-    want = Analyzer().analyze_stream(reader.io.BufferedReader(_io.BytesIO(data)), "-").current
+    want = Analyzer().analyze_stream(io.BufferedReader(io.BytesIO(data)), "-").current
     assert {e["rule"] for e in found} == {f.rule for f in want.findings}
 
 
@@ -468,18 +484,33 @@ def test_a_restart_in_the_stream_starts_a_new_run(tmp_path):
     assert f"new run (server start 2) at line {first + 1:,}" in text
 
 
-def test_a_number_cut_by_the_end_of_input_is_not_read(tmp_path):
+@pytest.mark.parametrize("case", ["tokens", "max_model_len"])
+def test_a_number_cut_by_the_end_of_input_is_not_read(tmp_path, case):
+    """The writer died mid-number: '1,009' of '1,009,456 tokens', '104857' of 'max model len 1048576'.
+    The last line is unterminated, so (as in analyze) its cut value is not a figure."""
     lines = split_lines(SINGLE.read_bytes())
-    k = next(i for i, ln in enumerate(lines) if b"GPU KV cache size" in ln)
-    cut = b"".join(lines[:k]) + lines[k].split(b"1,009,456")[0] + b"1,009"  # the writer died mid-number
+    if case == "tokens":
+        k = next(i for i, ln in enumerate(lines) if b"GPU KV cache size" in ln)
+        cut = b"".join(lines[:k]) + lines[k].split(b"1,009,456")[0] + b"1,009"
+    else:
+        k = 0
+        cut = b"(APIServer pid=1) INFO 11-29 08:02:52 [model.py:1776] Using max model len 104857"
     r = run_watch(["--no-echo", "--format", "json"], cut, tmp_path)
-    last = [json.loads(x) for x in r.stderr.decode().splitlines()][-1]
-    kv = last["analysis"]["kv_cache"]
-    assert kv["tokens"] == [] and kv["bytes_per_token"] is None, kv
+    events = [json.loads(x) for x in r.stderr.decode().splitlines()]
+    last = events[-1]
     assert last["lines_read"] == k + 1
+    a = last["analysis"]
+    if case == "tokens":
+        assert a["kv_cache"]["tokens"] == [] and a["kv_cache"]["bytes_per_token"] is None, a["kv_cache"]
+        assert not [e for e in events if e["event"] == "figures" and e["tokens"]]
+    else:
+        assert a["config"]["max_model_len"] is None and last["config"]["max_model_len"] is None
+    whole = run_watch(["--no-echo", "--format", "json"], cut + (b"456 tokens\n" if case == "tokens" else b"6\n"), tmp_path)
+    done = json.loads(whole.stderr.decode().splitlines()[-1])["analysis"]
+    assert (done["kv_cache"]["tokens"] == [1009456]) if case == "tokens" else (done["config"]["max_model_len"] == 1048576)
     analyze = json.loads(subprocess.run([sys.executable, "-m", "kvlogdiag", "analyze", "--format", "json", "-"],
                                         input=cut, capture_output=True, timeout=60).stdout)["analyses"][0]
-    assert analyze["kv_cache"]["tokens"] == kv["tokens"]
+    assert analyze["kv_cache"] == a["kv_cache"] and analyze["config"] == a["config"]
 
 
 def test_an_analysis_bug_never_stops_the_pass_through(tmp_path, monkeypatch):

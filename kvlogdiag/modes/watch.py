@@ -33,7 +33,6 @@ from __future__ import annotations
 import errno
 import io
 import json
-import math
 import os
 import select
 import signal
