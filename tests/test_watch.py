@@ -255,17 +255,14 @@ def test_signal_prints_summary_and_exits(tmp_path, watches, signum, code, word):
     watches.append(w)
     w.write(b"".join(lines[:160]))  # past start-up; the writer stays open (a server still running)
     w.wait_for(lambda: any("summary (start-up complete" in t for t in w.stderr()), 10, "the start-up summary")
-    sent = time.monotonic()
     w.proc.send_signal(signum)
-    rc = w.proc.wait(timeout=15)
-    took = time.monotonic() - sent
+    rc = w.proc.wait(timeout=30)  # a hang guard, not a speed test
     w.finish()
     assert rc == code
     err = w.stderr()
     assert any(f"summary (interrupted ({word}))" in t or f"summary (terminated ({word}))" in t for t in err), err
     assert not any("Traceback" in t for t in err)
     assert w.stdout() == b"".join(lines[:160])
-    assert took < 5
 
 
 # --- the engine, line by line (deterministic: a fake clock, no subprocess) ---------------------
@@ -597,6 +594,29 @@ def test_follow_from_end_skips_existing_content(tmp_path, watches):
     w.finish()
     summary = w.events()[-1]
     assert summary["event"] == "summary" and summary["lines_read"] == 1
+
+
+def test_follow_refuses_several_files(tmp_path):
+    """Following only the last of two -f files silently would miss a server's log."""
+    a, b = tmp_path / "a.log", tmp_path / "b.log"
+    a.write_bytes(b"")
+    b.write_bytes(b"")
+    r = subprocess.run([sys.executable, "-m", "kvlogdiag", "watch", "-f", str(a), "-f", str(b)], capture_output=True,
+                       cwd=str(tmp_path), timeout=30, stdin=subprocess.DEVNULL)
+    assert r.returncode == 2 and b"one file" in r.stderr and b"Traceback" not in r.stderr
+
+
+def test_control_sequences_from_the_log_never_reach_the_terminal(tmp_path):
+    """A model name with OSC/CSI/BEL bytes (a hostile or garbled log) is printed escaped."""
+    nasty = "x\x1b]0;pwned\x07\x9b31m"
+    line = ("(APIServer pid=1) INFO 11-29 08:02:52 [utils.py:328] non-default args: {'model': '" + nasty
+            + "', 'max_num_batched_tokens': 8192}\n")
+    data = TP4.read_bytes() + line.encode()
+    for fmt in ("text", "json"):
+        r = run_watch(["--no-echo", "--format", fmt], data, tmp_path)
+        err = r.stderr.decode()
+        assert "\x1b" not in err and "\x07" not in err and "\x9b" not in err, fmt
+    assert "x\\x1b]0;pwned" in run_watch(["--no-echo"], line.encode(), tmp_path).stderr.decode()
 
 
 def test_follow_missing_directory_target_is_exit_2(tmp_path):

@@ -12,7 +12,7 @@ from kvlogdiag.modes.watch import watch_main
 
 
 @click.command()
-@click.option("-f", "--follow", "follow", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+@click.option("-f", "--follow", "follow", type=click.Path(dir_okay=False), multiple=True, metavar="FILE",
               help="Follow FILE like tail -F (truncation and rotation included) instead of reading stdin.")
 @click.option("--from-end", is_flag=True, help="With --follow: start at the end of the file (default: its beginning).")
 @click.option("--no-echo", is_flag=True, help="Do not copy the input to stdout; print findings only.")
@@ -22,7 +22,7 @@ from kvlogdiag.modes.watch import watch_main
               help="Repeat a rule whose finding changed (KVD012's preemption count, KVD013's peak, ...) at most once "
                    "per this interval, with its latest message.")
 @rule_options
-def watch(follow: str | None, from_end: bool, no_echo: bool, fmt: str, repeat_after: float, **kw: Any) -> int:
+def watch(follow: tuple[str, ...], from_end: bool, no_echo: bool, fmt: str, repeat_after: float, **kw: Any) -> int:
     """Live: copy a running server's log to stdout and print figures and findings on stderr as they are decided.
 
     \b
@@ -32,8 +32,11 @@ def watch(follow: str | None, from_end: bool, no_echo: bool, fmt: str, repeat_af
     Exit: 0/1 by --fail-on at end of input, 2 on bad options or an internal error, 130 after SIGINT,
     143 after SIGTERM, 141 when the reader of stdout goes away.
     """
+    if len(follow) > 1:
+        err("--follow takes one file (run one watch per file)")
+        return int(ExitCode.ERROR)
     if from_end and not follow:
         err("--from-end needs --follow FILE")
         return int(ExitCode.ERROR)
     analyzer = build_analyzer(kw)
-    return watch_main(analyzer, follow=follow, from_end=from_end, echo=not no_echo, fmt=fmt, repeat_after=repeat_after)
+    return watch_main(analyzer, follow=follow[0] if follow else None, from_end=from_end, echo=not no_echo, fmt=fmt, repeat_after=repeat_after)

@@ -34,6 +34,7 @@ import errno
 import io
 import json
 import os
+import re
 import select
 import signal
 import stat
@@ -76,8 +77,23 @@ class _Stop(Exception):
 # --- output -----------------------------------------------------------------------------------
 
 
+_CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")  # C0 (but \n), DEL, C1: never raw on a terminal
+
+
+def _escape(text: str) -> str:
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def _escape_json(text: str) -> str:
+    # json.dumps escapes C0 already; DEL and C1 (8-bit CSI \x9b) it leaves raw with ensure_ascii=False
+    return _CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
 class Emitter:
-    """Writes events to stderr: one JSON object per line, or plain text (rich colours on a TTY)."""
+    """Writes events to stderr: one JSON object per line, or plain text (rich colours on a TTY).
+
+    Log text inside a message (a model name, a path) is printed with control characters escaped, so
+    bytes from the log never drive the terminal (OSC titles, links, colours, BEL)."""
 
     def __init__(self, fmt: str, stream=None):
         self.fmt = fmt
@@ -104,7 +120,7 @@ class Emitter:
             self.broken = True
 
     def json(self, obj: dict) -> None:
-        self._write(json.dumps(clean_json(obj), ensure_ascii=False, allow_nan=False) + "\n")
+        self._write(_escape_json(json.dumps(clean_json(obj), ensure_ascii=False, allow_nan=False)) + "\n")
 
     def text(self, parts: list[tuple[str, str | None]]) -> None:
         """``parts``: (text, rich style or None); lines separated by "\\n" inside the text."""
@@ -113,14 +129,14 @@ class Emitter:
 
             t = Text()
             for s, style in parts:
-                t.append(s, style=style)
+                t.append("\n".join(_escape(x) for x in s.split("\n")), style=style)
             try:
                 self.console.print(t)
                 self.stream.flush()
             except (BrokenPipeError, OSError, ValueError):
                 self.broken = True
             return
-        self._write("".join(s for s, _ in parts) + "\n")
+        self._write("\n".join(_escape(x) for x in "".join(s for s, _ in parts).split("\n")) + "\n")
 
 
 _SEV_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
