@@ -501,7 +501,10 @@ def keyword_index() -> dict[str, list[Pattern]]:
 
 def prefilter_regex(extra: tuple[str, ...] = ()) -> re.Pattern[bytes]:
     """One bytes regex matching any keyword: the reader's line prefilter."""
-    kws = sorted({kw for p in _CATALOGUE for kw in p.keywords} | set(extra), key=len, reverse=True)
+    from kvlogdiag.catalogue.failures import prefilter_keywords  # the start-up root-cause tracker's lines
+
+    kws = sorted({kw for p in _CATALOGUE for kw in p.keywords} | set(extra) | set(prefilter_keywords()),
+                 key=len, reverse=True)
     return re.compile(b"|".join(re.escape(k.encode()) for k in kws))
 
 

@@ -268,6 +268,20 @@ def pair_bytes_per_token(facts: LogFacts, block_size: int | None) -> tuple[list[
     return pairs, notes
 
 
+_STARTUP_KEYS = ("failed", "cause_class", "cause_id", "cause_line", "cause_text", "process", "numbers", "details",
+                 "fix", "links", "exception", "versions", "raised_in", "echoes", "died", "failed_core_procs",
+                 "not_in_excerpt_reason", "runtime_crash_line")
+
+
+def startup_json(st: dict | None) -> dict[str, Any] | None:
+    """The JSON ``startup`` object (docs/json-output.md) of the tracker's verdict; null when not tracked."""
+    if st is None:
+        return None
+    out = {k: st.get(k) for k in _STARTUP_KEYS}
+    out["echoes"] = [{"line": e["line"], "process": e["process"], "text": e["text"]} for e in st.get("echoes") or []]
+    return out
+
+
 def derive(facts: LogFacts) -> dict[str, Any]:
     """Turn facts into the analysis dictionary (without findings) and the rule namespace."""
     cfg, chosen, conflicts = resolve_config(facts)
@@ -430,6 +444,7 @@ def derive(facts: LogFacts) -> dict[str, Any]:
         "memory": {k: [f.value for f in v] for k, v in sorted(facts.memory.items())},
     }
     analysis["kv_transfer"] = summary
+    analysis["startup"] = startup_json(facts.startup)
     prov: dict[str, dict] = {}
     for key, f in sorted(chosen.items()):
         if key in analysis["config"]:

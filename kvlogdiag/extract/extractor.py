@@ -14,6 +14,7 @@ import shlex
 from typing import Any, Callable
 
 from kvlogdiag.extract.facts import Fact, LogFacts
+from kvlogdiag.extract.failures import StartupTracker
 from kvlogdiag.catalogue.patterns import STATS_TAIL, Pattern, catalogue
 from kvlogdiag.extract.pyrepr import CLASS_KEY, parse_json_or_repr, parse_repr, scalar, split_key_values, unwrap_path
 from kvlogdiag.input.reader import Line
@@ -254,12 +255,15 @@ class Extractor:
         self._advice_line = -10  # line of the last "For example" / "you could try"
         self._cmd_need_model = False
         self._ikv_regex = next(p.regex for p in pats if p.name == "insufficient_kv")
+        self.startup = StartupTracker()  # root cause of a failed start (kvlogdiag/extract/failures.py)
+        self.run_listeners.append(self._startup_next_run)
 
     # -- plumbing ------------------------------------------------------------------------------
 
     def feed(self, line: Line) -> None:
         text = line.text
         self._last_number = line.number
+        self.startup.feed(line)
         if self.line_hook is not None:
             self.line_hook(line, lambda ln: self._fact(None, ln, "line"))
         if "Avg prompt throughput" in text:  # the hot path on long logs
@@ -289,7 +293,15 @@ class Extractor:
             f.long_lines = long_lines
             f.runs = len(self.runs)
         self.facts.last_line_of_run = max(lines_read, self._last_number, self.facts.first_line)
+        self.facts.startup = self.startup.result()
         return self.facts
+
+    def _startup_next_run(self, old: LogFacts, new: LogFacts) -> None:
+        """A new server start: the finished one keeps its start-up verdict, the new one is tracked afresh."""
+        old.startup = self.startup.result()
+        listeners = self.startup.listeners
+        self.startup = StartupTracker()
+        self.startup.listeners = listeners
 
     def _fact(self, value: Any, line: Line, source: str) -> Fact:
         return Fact(value, line.number, line.rank, line.raw, source, self._run, dp_of_rank(line.rank))

@@ -163,6 +163,7 @@ class LogFacts:
     kv_sized: bool = False
     startup_complete: Fact | None = None
     line_hits: dict = field(default_factory=dict)  # user-rule line regex → (count, first Fact)
+    startup: dict | None = None  # start-up verdict of extract/failures.StartupTracker (failed, cause, ...)
 
     def add_config(self, key: str, fact: Fact) -> None:
         self.config.setdefault(key, []).append(fact)

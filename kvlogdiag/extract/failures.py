@@ -72,12 +72,13 @@ def process_of(line: Line) -> str | None:
 
 
 class _Candidate:
-    __slots__ = ("line", "process", "text", "raw", "match", "exception", "generic_class", "details", "traceback")
+    __slots__ = ("line", "process", "rank", "text", "raw", "match", "exception", "generic_class", "details", "traceback")
 
     def __init__(self, line: Line, process: str | None, text: str, match: FailureMatch | None,
                  exception: str | None, generic_class: str | None, details: dict, traceback: list[str]):
         self.line = line.number
         self.process = process
+        self.rank = line.rank
         self.text = text
         self.raw = line.raw
         self.match = match
@@ -99,6 +100,7 @@ class StartupTracker:
         self.echoes: list[dict] = []
         self.echo_count = 0
         self.deaths: list[dict] = []
+        self._death_lines: list[tuple[int, str | None, str]] = []
         self.failed_procs: str | None = None
         self.served_line = 0  # a line showing the server was up (startup complete, stats)
         self.runtime_line = 0  # first traceback frame of the running engine loop (a runtime crash)
@@ -202,7 +204,7 @@ class StartupTracker:
     def _add_echo(self, line: Line, proc: str | None, text: str) -> None:
         self.echo_count += 1
         if len(self.echoes) < MAX_ECHOES:
-            self.echoes.append({"line": line.number, "process": proc, "text": text})
+            self.echoes.append({"line": line.number, "process": proc, "text": text, "rank": line.rank, "raw": line.raw})
         fm = re.search(r"Failed core proc\(s\): \{(?P<procs>[^}]*)\}", text)
         if fm:
             self.failed_procs = fm.group("procs")
@@ -210,6 +212,7 @@ class StartupTracker:
     def _add_death(self, line: Line, proc: str | None, d: dict[str, str]) -> None:
         if len(self.deaths) < MAX_ECHOES and "failed" not in d:
             self.deaths.append({"line": line.number, "reported_by": proc, **d})
+            self._death_lines.append((line.number, line.rank, line.raw))
 
     def _set_cause(self, line: Line, proc: str | None, text: str, m: FailureMatch | None,
                    exc: str | None, generic_class: str | None, details: dict, tb_lines=None) -> None:
@@ -230,14 +233,14 @@ class StartupTracker:
         failed = c is not None or ((bool(self.echoes) or bool(self.deaths) or bool(open_tb)) and not self.runtime_line)
         out: dict[str, Any] = {
             "failed": failed, "cause_id": None, "cause_class": None, "cause_line": None, "cause_text": None,
-            "cause_raw": None, "exception": None, "process": None, "numbers": {}, "details": {}, "fix": None,
+            "cause_raw": None, "cause_rank": None, "exception": None, "process": None, "numbers": {}, "details": {}, "fix": None,
             "links": [], "versions": None, "traceback_tail": [], "echoes": list(self.echoes),
             "echo_count": self.echo_count, "died": list(self.deaths), "failed_core_procs": self.failed_procs,
             "not_in_excerpt_reason": None, "served_line": self.served_line or None, "raised_in": None,
-            "runtime_crash_line": self.runtime_line or None,
+            "runtime_crash_line": self.runtime_line or None, "evidence": None,
         }
         if c is not None:
-            out.update(cause_line=c.line, cause_text=c.text, cause_raw=c.raw, process=c.process,
+            out.update(cause_line=c.line, cause_text=c.text, cause_raw=c.raw, cause_rank=c.rank, process=c.process,
                        exception=c.exception, traceback_tail=c.traceback, details=dict(c.details))
             if c.match is not None:
                 e = c.match.entry
@@ -261,6 +264,17 @@ class StartupTracker:
         if not failed:
             return out
         out["not_in_excerpt_reason"] = self._not_in_excerpt()
+        # the line the verdict rests on: the first echo, else the first death, else the cut traceback
+        ev = None
+        if self.echoes:
+            e = self.echoes[0]
+            ev = (e["line"], e["rank"], e["raw"])
+        elif self._death_lines:
+            ev = self._death_lines[0]
+        elif open_tb:
+            p, first = open_tb[0]
+            ev = (first, None, self._tb[p][0][1]) if p in self._tb and self._tb[p] else None
+        out["evidence"] = {"line": ev[0], "rank": ev[1], "raw": ev[2]} if ev else None
         return out
 
     def _not_in_excerpt(self) -> str:

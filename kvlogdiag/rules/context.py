@@ -119,6 +119,8 @@ SECTIONS: dict[str, dict[str, str]] = {
         "startup_failed": "EngineCore failed to start",
         "startup_complete": "the server reached 'Application startup complete'",
         "engine_failed_line": "line of the engine start failure",
+        "startup_verdict_failed": "the start-up root-cause tracker saw a failed start (a cause, echoes, a death or a cut traceback; see KVD019)",
+        "startup_verdict_cause": "that tracker found the line stating why the start failed",
     },
     "runtime": {
         "stats_lines": "periodic stats lines",
@@ -429,6 +431,9 @@ def _kv(b: _Builder) -> None:
     ef = facts.events.get("engine_failed")
     put("startup_failed", bool(ef), ef[0] if ef else None)
     put("engine_failed_line", ef[0].line if ef else None)
+    sv = facts.startup or {}
+    put("startup_verdict_failed", bool(sv.get("failed")))
+    put("startup_verdict_cause", sv.get("cause_line") is not None)
     put("startup_complete", facts.startup_complete is not None, facts.startup_complete)
 
     # memory figures
