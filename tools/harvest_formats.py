@@ -248,28 +248,86 @@ def _exc_name(node: ast.AST) -> str | None:
     return None
 
 
+class _Messages(ast.NodeVisitor):
+    """Collects (line, level, template) in source order; a message passed as a local variable
+    (``msg = f"..."; msg += "..."; logger.info(msg)``) is resolved from the assignments before it in
+    the same function."""
+
+    def __init__(self) -> None:
+        self.scopes: list[dict[str, list[tuple[str, ast.AST]]]] = [{}]
+        self.out: list[tuple[int, str, list]] = []
+
+    def visit_FunctionDef(self, node) -> None:
+        self.scopes.append({})
+        self.generic_visit(node)
+        self.scopes.pop()
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def _record(self, target: ast.AST, how: str, value: ast.AST | None) -> None:
+        if isinstance(target, ast.Name) and value is not None:
+            self.scopes[-1].setdefault(target.id, []).append((how, value))
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        self.generic_visit(node)
+        if len(node.targets) == 1:
+            self._record(node.targets[0], "set", node.value)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        self.generic_visit(node)
+        self._record(node.target, "set", node.value)
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> None:
+        self.generic_visit(node)
+        if isinstance(node.op, ast.Add):
+            self._record(node.target, "add", node.value)
+
+    def _template(self, node: ast.AST, extra: list[ast.AST] | None = None) -> list | None:
+        if isinstance(node, ast.Name):
+            hist = self.scopes[-1].get(node.id, [])
+            last = max((i for i, (how, _) in enumerate(hist) if how == "set"), default=None)
+            if last is None:
+                return None
+            parts = [template(v) for _, v in hist[last:]]
+            if any(p is None for p in parts):
+                return None
+            tpl = _merge([x for p in parts for x in p])
+            return _percent(literal_text(tpl), extra) if extra and all(isinstance(x, str) for x in tpl) else tpl
+        return template(node, extra)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        self.generic_visit(node)
+        f = node.func
+        level = None
+        if isinstance(f, ast.Attribute) and f.attr in LOG_LEVELS and _is_logger(f.value):
+            level = LOG_LEVELS[f.attr]
+        elif isinstance(f, ast.Name) and f.id in ONCE_FUNCS:
+            level = ONCE_FUNCS[f.id]
+        if level and node.args:
+            tpl = self._template(node.args[0], list(node.args[1:]))
+            if tpl:
+                self.out.append((node.lineno, level, tpl))
+
+    def visit_Raise(self, node: ast.Raise) -> None:
+        self.generic_visit(node)
+        if isinstance(node.exc, ast.Call) and node.exc.args:
+            tpl = self._template(node.exc.args[0])
+            if tpl:
+                self.out.append((node.lineno, "raise:" + (_exc_name(node.exc) or "Exception"), tpl))
+
+    def visit_Assert(self, node: ast.Assert) -> None:
+        self.generic_visit(node)
+        if node.msg is not None:
+            tpl = self._template(node.msg)
+            if tpl:
+                self.out.append((node.lineno, "raise:AssertionError", tpl))
+
+
 def messages(tree: ast.AST):
     """(line, level, template) for every log call, raise and assert message in a module."""
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call):
-            f = node.func
-            level = None
-            if isinstance(f, ast.Attribute) and f.attr in LOG_LEVELS and _is_logger(f.value):
-                level = LOG_LEVELS[f.attr]
-            elif isinstance(f, ast.Name) and f.id in ONCE_FUNCS:
-                level = ONCE_FUNCS[f.id]
-            if level and node.args:
-                tpl = template(node.args[0], list(node.args[1:]))
-                if tpl:
-                    yield node.lineno, level, tpl
-        elif isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and node.exc.args:
-            tpl = template(node.exc.args[0])
-            if tpl:
-                yield node.lineno, "raise:" + (_exc_name(node.exc) or "Exception"), tpl
-        elif isinstance(node, ast.Assert) and node.msg is not None:
-            tpl = template(node.msg)
-            if tpl:
-                yield node.lineno, "raise:AssertionError", tpl
+    v = _Messages()
+    v.visit(tree)
+    return v.out
 
 
 def _members(path: Path):

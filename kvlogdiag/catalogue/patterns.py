@@ -205,9 +205,12 @@ pat("free_memory_report", "0.10.2+ (INFO 0.10.2, DEBUG 0.11-0.25, INFO >=0.26)",
     [("INFO 09-23 18:12:39 [gpu_worker.py:391] Free memory on device (78.66/79.19 GiB) on startup. Desired GPU memory utilization is (0.9, 71.27 GiB). Actual usage is 14.08 GiB for weight, 1.97 GiB for peak activation, 0.07 GiB for non-torch memory, and 0.66 GiB for CUDAGraph memory.",
       {"free": "78.66", "total": "79.19", "util": "0.9", "budget": "71.27", "weights": "14.08", "graph": "0.66"})])
 pat("kv_cache_memory_bytes", "0.10+ with --kv-cache-memory-bytes", "as specified by kv_cache_memory_bytes",
-    r"Initial free memory (?P<free>[\d.]+) GiB, reserved (?P<gib>[\d.]+) GiB (?:memory )?for KV Cache as specified by kv_cache_memory_bytes",
+    r"Initial free memory (?P<free>[\d.]+) GiB, reserved (?P<gib>\d+(?:\.\d+)?) ?GiB (?:memory )?for KV Cache as specified by kv_cache_memory_bytes",
     [("INFO 10-01 10:00:00 [gpu_worker.py:270] Initial free memory 78.5 GiB, reserved 20.0 GiB memory for KV Cache as specified by kv_cache_memory_bytes config and skipped memory profiling.",
-      {"free": "78.5", "gib": "20.0"})])
+      {"free": "78.5", "gib": "20.0"}),
+     # vllm 0.10.2 vllm/v1/worker/gpu_worker.py:251 (and V0 worker.py:253): no space before "GiB"
+     ("INFO 09-20 10:00:00 [gpu_worker.py:251] Initial free memory 78.50 GiB, reserved 20.00GiB memory for KV Cache as specified by kv_cache_memory_bytes config and skipped memory profiling. This does does not respect the gpu_memory_utilization config.",
+      {"free": "78.50", "gib": "20.00"})])
 pat("cuda_graph_estimate", ">=0.19", "Estimated CUDA graph memory",
     r"Estimated CUDA graph memory: (?P<gib>[\d.]+) GiB total",
     [("INFO 11-29 08:41:10 [gpu_worker.py:330] Estimated CUDA graph memory: 1.25 GiB total", {"gib": "1.25"})])
