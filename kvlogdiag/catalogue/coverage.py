@@ -95,6 +95,8 @@ def prefix_styles(release: str) -> list[str]:
     v = (major, minor)
     if v < (0, 8):
         styles = ["{level} 10-20 13:41:10 {file}:123] {msg}"]
+        if v >= (0, 4):
+            styles.append("(RayWorkerWrapper pid=4243, ip=10.0.0.2) {level} 10-20 13:41:10 {file}:123] {msg}")
         if v >= (0, 5):
             styles.append("(VllmWorkerProcess pid=4242) {level} 10-20 13:41:10 {file}:123] {msg}")
         return styles
@@ -103,7 +105,8 @@ def prefix_styles(release: str) -> list[str]:
         return [head, "(VllmWorker rank=0 pid=4242) " + head]
     if v < (0, 11):
         return [head, "(EngineCore_0 pid=123) " + head, "(APIServer pid=77) " + head, "(VllmWorker TP0 pid=4242) " + head]
-    return [head, "(EngineCore_DP0 pid=123) " + head, "(APIServer pid=77) " + head, "(Worker_TP0 pid=4242) " + head]
+    return [head, "(EngineCore_DP0 pid=123) " + head, "(APIServer pid=77) " + head, "(Worker_TP0 pid=4242) " + head,
+            "(Worker_DP1_TP3 pid=4245) " + head]
 
 
 def render_line(style: str, level: str, file: str, msg: str) -> str:
