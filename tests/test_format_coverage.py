@@ -47,6 +47,7 @@ def test_not_covered_list_is_current(harvest, measured):
     for key, item in listed.items():
         assert key in by_id, f"{key} is listed but no longer harvested"
         assert item["reason"].strip()
+        assert item["kind"] in cov.MISS_KINDS, item
         assert by_id[key].status != "covered", f"{key} is listed as not covered but the catalogue reads it: {item}"
 
 
@@ -62,6 +63,7 @@ def test_per_release_rows(measured, harvest):
     assert [r["release"] for r in measured.rows] == harvest["versions"]
     for r in measured.rows:
         assert r["strings"] == r["covered"] + r["listed"] + r["missing"]
+        assert r["gaps"] <= r["listed"]
         assert r["strings"] > 0
     text = cov.coverage_text(cov=measured)
     assert "all releases:" in text and harvest["versions"][-1] in text

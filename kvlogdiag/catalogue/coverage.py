@@ -13,7 +13,8 @@ and classified:
   concurrency, blocks, version, stats) but none of the numbers printed in its placeholders came back;
 * ``unmatched`` — no pattern reads the line.
 
-Strings deliberately not covered are listed with why in ``not_covered.json`` (``id → reason``).
+Strings deliberately not covered are listed with why in ``not_covered.json`` (``id → reason`` and
+a kind: ``no_fact``, ``elsewhere`` — the value is read from another line — or ``gap``).
 Per release: strings, covered, listed, missing. ``kvlogdiag patterns --coverage`` prints it;
 docs/coverage.md explains the method.
 """
@@ -65,6 +66,18 @@ def load_not_covered(path: Path | None = None) -> dict[str, str]:
     if not p.exists():
         return {}
     return {k: v["reason"] for k, v in _load(str(p)).items()}
+
+
+MISS_KINDS = ("no_fact", "elsewhere", "gap")
+
+
+def load_miss_kinds(path: Path | None = None) -> dict[str, str]:
+    """id → kind of a listed miss: ``no_fact`` (no value kvlogdiag reports), ``elsewhere`` (the value
+    is read from another line of the same run) or ``gap`` (a reported kind of value, not read here)."""
+    p = path or NOT_COVERED_FILE
+    if not p.exists():
+        return {}
+    return {k: v.get("kind", "no_fact") for k, v in _load(str(p)).items()}
 
 
 def entry_versions(entry: dict, versions: list[str]) -> list[str]:
@@ -353,6 +366,7 @@ class EntryResult:
     patterns: list[str]
     example: str  # a rendered line that shows the status
     reason: str | None = None  # why it is deliberately not read (from not_covered.json)
+    kind: str | None = None  # no_fact | elsewhere | gap, for a listed string
 
 
 @dataclass
@@ -377,9 +391,16 @@ class Coverage:
         """Not covered and not listed with a reason: the gaps."""
         return [e for e in self.entries if e.status != "covered" and e.reason is None]
 
+    def gaps(self) -> list[EntryResult]:
+        """Listed strings that carry a value of a kind kvlogdiag reports (read nowhere else)."""
+        return [e for e in self.entries if e.status != "covered" and e.kind == "gap"]
+
     def summary(self) -> dict:
         t = self.total or 1
-        return {"strings": self.total, "covered": self.covered, "listed": self.listed,
+        fact = self.covered + len(self.gaps()) + len(self.missing())
+        return {"strings": self.total, "covered": self.covered, "listed": self.listed, "gaps": len(self.gaps()),
+                # of the strings whose value kvlogdiag reports and can only get from them: how many are read
+                "fact_covered_pct": round(100 * self.covered / (fact or 1), 2),
                 "missing": len(self.missing()), "mismatch": sum(e.status == "mismatch" for e in self.entries),
                 "value_lost": sum(e.status == "value_lost" for e in self.entries),
                 "covered_pct": round(100 * self.covered / t, 2),
@@ -441,31 +462,37 @@ def measure(harvest: dict | None = None, not_covered: dict[str, str] | None = No
     """Classify every harvested string and count per release (deterministic for a seed)."""
     h = harvest if harvest is not None else load_harvest()
     nc = not_covered if not_covered is not None else load_not_covered()
+    kinds = load_miss_kinds() if not_covered is None else {}
     rnd = random.Random(seed)
     versions = h["versions"]
     results = []
     for e in h["entries"]:
         status, pats, example = evaluate_entry(e, versions, rnd)
         results.append(EntryResult(e["id"], e["cat"], e["file"], preview(e["t"]), entry_versions(e, versions),
-                                   status, pats, example, nc.get(e["id"])))
+                                   status, pats, example, nc.get(e["id"]), kinds.get(e["id"]) if e["id"] in nc else None))
     cov = Coverage(versions, results)
     for v in versions:
         es = [r for r in results if v in r.versions]
         n = len(es) or 1
         cov_n = sum(r.status == "covered" for r in es)
         listed = sum(r.status != "covered" and r.reason is not None for r in es)
-        cov.rows.append({"release": v, "strings": len(es), "covered": cov_n, "listed": listed,
-                         "missing": len(es) - cov_n - listed, "covered_pct": round(100 * cov_n / n, 1),
+        gaps = sum(r.status != "covered" and r.kind == "gap" for r in es)
+        missing = len(es) - cov_n - listed
+        cov.rows.append({"release": v, "strings": len(es), "covered": cov_n, "listed": listed, "gaps": gaps,
+                         "missing": missing, "covered_pct": round(100 * cov_n / n, 1),
+                         "fact_covered_pct": round(100 * cov_n / ((cov_n + gaps + missing) or 1), 1),
                          "accounted_pct": round(100 * (cov_n + listed) / n, 1)})
     return cov
 
 
 def table_rows(cov: Coverage) -> Iterable[list]:
     for r in cov.rows:
-        yield [r["release"], r["strings"], r["covered"], r["listed"], r["missing"], f"{r['covered_pct']:.1f}", f"{r['accounted_pct']:.1f}"]
+        yield [r["release"], r["strings"], r["covered"], r["listed"], r["gaps"], r["missing"], f"{r['covered_pct']:.1f}",
+               f"{r['fact_covered_pct']:.1f}", f"{r['accounted_pct']:.1f}"]
 
 
-TABLE_HEADERS = ["release", "strings", "covered", "listed", "missing", "covered %", "covered+listed %"]
+TABLE_HEADERS = ["release", "strings", "covered", "listed", "of which gaps", "missing", "covered %",
+                 "covered % of fact strings", "covered+listed %"]
 
 
 def coverage_text(verbose: bool = False, markdown: bool = False, cov: Coverage | None = None) -> str:
@@ -480,9 +507,12 @@ def coverage_text(verbose: bool = False, markdown: bool = False, cov: Coverage |
            f"all releases: {s['covered']}/{s['strings']} harvested fact-bearing strings covered ({s['covered_pct']:.2f} %); "
            f"{s['listed']} listed as deliberately not read, {s['missing']} missing "
            f"(covered + listed {s['accounted_pct']:.2f} %); {s['mismatch']} read with a wrong value, "
-           f"{s['value_lost']} read without their figure"]
+           f"{s['value_lost']} read without their figure",
+           f"strings whose value kvlogdiag reports and reads from no other line: {s['covered']}/"
+           f"{s['covered'] + s['gaps'] + s['missing']} covered ({s['fact_covered_pct']:.2f} %); {s['gaps']} known gaps "
+           f"(kind 'gap' in not_covered.json)"]
     if verbose:
-        rows = [[e.id, e.status, e.cat, e.file, e.text, e.reason or "-"]
+        rows = [[e.id, e.status + (f" ({e.kind})" if e.kind else ""), e.cat, e.file, e.text, e.reason or "-"]
                 for e in sorted(cov.entries, key=lambda e: (e.reason is not None, e.cat, e.text)) if e.status != "covered"]
         out += ["", tabulate(rows, headers=["id", "status", "category", "file (newest)", "format string", "why not read"],
                              tablefmt=fmt, maxcolwidths=None if markdown else [None, None, None, 40, 70, 40])]
