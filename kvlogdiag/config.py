@@ -1,9 +1,17 @@
 """Project configuration: ``kvlogdiag.toml`` or ``[tool.kvlogdiag]`` in ``pyproject.toml``.
 
 Looked up from the current directory upwards (first file found wins); command-line flags win over
-the file. Keys: ``select``, ``ignore`` (lists), ``fail-on``, ``min-severity``, ``rules`` (list of
-folders, relative to the file), ``role``, ``p99-len``, ``avg-prompt-len``, ``strict-rules`` and a
-``[params.KVD004]`` table per rule to change thresholds.
+the file. Keys: ``select``, ``extend-select``, ``ignore``, ``extend-ignore`` (lists of codes, code
+prefixes or names), ``fail-on``, ``min-severity``, ``rules`` (list of folders, relative to the file),
+``role``, ``p99-len``, ``avg-prompt-len``, ``strict-rules`` and a ``[params.KVD004]`` table per rule
+to change thresholds.
+
+Rule selection merges like ruff's: ``select`` replaces the default set (every loaded rule),
+``extend-select`` adds to it; a ``--select`` flag replaces the file's ``select`` and its
+``extend-select``, ``--extend-select`` adds to what the file chose. ``ignore`` / ``extend-ignore``
+work the same way, and an ignored rule stays off even when selected. Everything is checked against
+the loaded rules: an unknown code, prefix, name, ``[params]`` rule, parameter or parameter type is
+an error naming the file and line (or the flag), with a suggestion.
 """
 
 from __future__ import annotations
@@ -11,25 +19,30 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
+from kvlogdiag.errors import KvlogdiagError
 from kvlogdiag.rules.context import Options
+from kvlogdiag.rules.engine import RuleSet, UnknownRuleError, load_rules, nesting_line, suggest, toml_error_line
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
+__all__ = ["ConfigError", "LEVELS", "ROLES", "find_config", "load_options", "load_settings", "nesting_line",
+           "options_from_file", "toml_error_line"]
+
 ROLES = ("prefill", "decode", "mixed")
 LEVELS = ("error", "warning", "info", "never")
+SPEC_KEYS = ("select", "extend-select", "ignore", "extend-ignore")
 
 
-class ConfigError(Exception):
+class ConfigError(KvlogdiagError):
     """A configuration file that cannot be used; the message names the file (and line)."""
 
 
-_KEYS = {"select", "ignore", "fail-on", "min-severity", "rules", "role", "p99-len", "avg-prompt-len",
-         "strict-rules", "params"}
+_KEYS = {*SPEC_KEYS, "fail-on", "min-severity", "rules", "role", "p99-len", "avg-prompt-len", "strict-rules", "params"}
 
 
 def find_config(start: Path | None = None) -> tuple[Path, dict] | None:
@@ -48,28 +61,6 @@ def find_config(start: Path | None = None) -> tuple[Path, dict] | None:
     return None
 
 
-def toml_error_line(exc: Exception, text: str) -> int:
-    """Line number of a TOML error (tomllib says "at line N" or "at end of document")."""
-    m = re.search(r"line (\d+)", str(exc))
-    if m:
-        return int(m.group(1))
-    return max(1, text.count("\n") + (0 if text.endswith("\n") else 1))
-
-
-def nesting_line(text: str, limit: int = 100) -> int:
-    """Line where bracket nesting first passes ``limit`` (where a too-deep TOML document goes wrong)."""
-    depth = 0
-    for n, line in enumerate(text.splitlines(), 1):
-        for ch in line:
-            if ch in "[{":
-                depth += 1
-                if depth > limit:
-                    return n
-            elif ch in "]}":
-                depth = max(0, depth - 1)
-    return 1
-
-
 def _read(path: Path) -> dict:
     try:
         text = path.read_text(encoding="utf-8")
@@ -82,21 +73,65 @@ def _read(path: Path) -> dict:
         raise ConfigError(f"{path}: cannot read: {exc}") from None
 
 
-def _key_line(path: Path, key: str) -> str:
-    """``path:line`` of the first line that sets ``key`` (or opens its table), else just ``path``."""
+def _text_lines(path: Path) -> list[str]:
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError):
-        return str(path)
+        return []
+
+
+def _table_start(path: Path, lines: list[str]) -> int:
+    """Index of the first line of kvlogdiag's table: 0, or the ``[tool.kvlogdiag]`` header of a pyproject.toml."""
+    if path.name == "pyproject.toml":
+        for n, line in enumerate(lines):
+            if re.match(r"^\s*\[\s*tool\.kvlogdiag\s*[\].]", line):
+                return n
+    return 0
+
+
+def _key_line(path: Path, key: str, value: str | None = None) -> str:
+    """``path:line`` of the first line that sets ``key`` (or opens its table), else just ``path``.
+
+    With ``value``: the line, from the key on, that holds that quoted string (a list spread over lines).
+    """
+    lines = _text_lines(path)
     pat = re.compile(rf"""^\s*(?:["']?{re.escape(key)}["']?\s*=|\[+\s*(?:tool\.kvlogdiag\.)?["']?{re.escape(key)}\b)""")
-    for n, line in enumerate(text.splitlines(), 1):
-        if pat.match(line):
-            return f"{path}:{n}"
+    start = _table_start(path, lines)
+    for n in range(start, len(lines)):
+        if pat.match(lines[n]):
+            if value is not None:
+                quoted = re.compile(rf"""["']{re.escape(value)}["']""")
+                for m in range(n, len(lines)):
+                    if quoted.search(lines[m]):
+                        return f"{path}:{m + 1}"
+            return f"{path}:{n + 1}"
     return str(path)
 
 
+def _params_line(path: Path, code: str, name: str | None = None) -> str:
+    """``path:line`` of ``[params.CODE]`` (or of ``name`` inside that table), else of ``params``."""
+    lines = _text_lines(path)
+    header = re.compile(rf"""^\s*\[\s*(?:tool\.kvlogdiag\.)?params\.["']?{re.escape(code)}["']?\s*\]""", re.I)
+    inline = re.compile(rf"""^\s*(?:params\.)?["']?{re.escape(code)}["']?\s*=""", re.I)
+    for n in range(_table_start(path, lines), len(lines)):
+        if header.match(lines[n]) or inline.match(lines[n]):
+            if name is None:
+                return f"{path}:{n + 1}"
+            key = re.compile(rf"""(?:^\s*|[{{,]\s*)["']?{re.escape(name)}["']?\s*=""")
+            for m in range(n, len(lines)):
+                if m > n and re.match(r"^\s*\[", lines[m]):
+                    break
+                if key.search(lines[m]):
+                    return f"{path}:{m + 1}"
+            return f"{path}:{n + 1}"
+    return _key_line(path, "params")
+
+
 def options_from_file(path: Path, data: dict) -> dict[str, Any]:
-    """Validate a config table and turn it into `Options` keyword arguments."""
+    """Validate a config table and turn it into `Options` keyword arguments.
+
+    ``extend_select`` / ``extend_ignore`` are returned too, for `load_settings` to merge.
+    """
     try:
         return _options_from_file(path, data)
     except _KeyError as exc:
@@ -113,7 +148,8 @@ def _options_from_file(path: Path, data: dict) -> dict[str, Any]:
     unknown = set(data) - _KEYS
     if unknown:
         first = sorted(unknown)[0]
-        raise _KeyError(first, f"unknown key(s): {', '.join(sorted(unknown))} (known: {', '.join(sorted(_KEYS))})")
+        raise _KeyError(first, f"unknown key(s): {', '.join(sorted(unknown))}{suggest(first, sorted(_KEYS))} "
+                               f"(known: {', '.join(sorted(_KEYS))})")
     out: dict[str, Any] = {}
 
     def lst(key: str) -> list[str]:
@@ -124,10 +160,9 @@ def _options_from_file(path: Path, data: dict) -> dict[str, Any]:
             raise _KeyError(key, f"'{key}' must be a list of strings")
         return v
 
-    if "select" in data:
-        out["select"] = lst("select")
-    if "ignore" in data:
-        out["ignore"] = lst("ignore")
+    for key in SPEC_KEYS:
+        if key in data:
+            out[key.replace("-", "_")] = [x.strip() for x in lst(key) if x.strip()]
     for key, attr, allowed in (("fail-on", "fail_on", LEVELS), ("min-severity", "min_severity", LEVELS[:3]), ("role", "role", ROLES)):
         if key in data:
             if data[key] not in allowed:
@@ -152,28 +187,104 @@ def _options_from_file(path: Path, data: dict) -> dict[str, Any]:
     return out
 
 
-def load_options(explicit: str | None = None, **flags: Any) -> Options:
-    """Options from the config file (``explicit`` path or the one found), then flags on top."""
+def _check_file_specs(path: Path, base: dict[str, Any], rules: RuleSet) -> None:
+    for key in SPEC_KEYS:
+        for spec in base.get(key.replace("-", "_"), []):
+            try:
+                rules.check_spec(spec)
+            except UnknownRuleError as exc:
+                raise ConfigError(f"{_key_line(path, key, spec)}: {key}: {exc.message}") from None
+
+
+def _type_problem(default: Any, value: Any) -> str | None:
+    """What ``value`` should be to replace ``default`` (numbers are interchangeable, bools are not), or None."""
+    if isinstance(default, bool):
+        return None if isinstance(value, bool) else "true or false"
+    if isinstance(default, (int, float)):
+        return None if isinstance(value, (int, float)) and not isinstance(value, bool) else "a number"
+    if isinstance(default, str):
+        return None if isinstance(value, str) else "a string"
+    return None
+
+
+def _check_params(path: Path, params: dict[str, dict[str, Any]], rules: RuleSet) -> None:
+    by_code = rules.by_code()
+    for code, values in params.items():
+        rule = by_code.get(code)
+        if rule is None:
+            raise ConfigError(f"{_params_line(path, code)}: [params.{code}]: no loaded rule has the code {code!r}"
+                              f"{suggest(code, by_code)}")
+        for name, value in values.items():
+            if name not in rule.params:
+                known = ", ".join(rule.params) or "none"
+                raise ConfigError(f"{_params_line(path, code, name)}: [params.{code}]: {code} has no parameter "
+                                  f"{name!r}{suggest(name, rule.params)} (its parameters: {known})")
+            want = _type_problem(rule.params[name], value)
+            if want:
+                raise ConfigError(f"{_params_line(path, code, name)}: [params.{code}]: {name!r} must be {want} "
+                                  f"(the rule's default is {rule.params[name]!r}), not {value!r}")
+
+
+def _split(values: Iterable[str]) -> list[str]:
+    return [x.strip() for item in values for x in item.split(",") if x.strip()]
+
+
+def _merge(flag: list[str] | None, file_base: list[str] | None, file_extend: list[str], flag_extend: list[str]) -> list[str]:
+    """ruff's merge: a flag's list replaces the file's list and its extension; extensions add."""
+    if flag is not None:
+        return flag + flag_extend
+    return (file_base or []) + file_extend + flag_extend
+
+
+def load_settings(explicit: str | None = None, **flags: Any) -> tuple[Options, RuleSet]:
+    """Options from the config file (``explicit`` path or the one found), flags on top, and the loaded rules.
+
+    Raises `ConfigError` (file and line) for a bad file, `UnknownRuleError` (naming the flag) for a
+    ``--select``-like flag that matches no rule, `RuleLoadError` for a bad rule folder.
+    """
     base: dict[str, Any] = {}
+    path: Path | None = None
     if explicit:
-        p = Path(explicit)
-        if not p.is_file():
+        path = Path(explicit)
+        if not path.is_file():
             raise ConfigError(f"{explicit}: config file not found")
-        data = _read(p)
-        if p.name == "pyproject.toml":
-            data = data.get("tool", {}).get("kvlogdiag", {})
-        base = options_from_file(p, data)
+        data = _read(path)
+        if path.name == "pyproject.toml":
+            tool = data.get("tool", {})
+            data = tool.get("kvlogdiag", {}) if isinstance(tool, dict) else {}
+        base = options_from_file(path, data)
     else:
         found = find_config()
         if found:
+            path = found[0]
             base = options_from_file(*found)
+    specs = {k: flags.pop(k, None) for k in ("select", "ignore", "extend_select", "extend_ignore")}
     for k, v in flags.items():
         if v is None or v == () or v == []:
             continue
         if k == "rule_dirs":
             base[k] = list(base.get(k, [])) + list(v)
-        elif k in ("select", "ignore"):
-            base[k] = [x.strip() for item in v for x in item.split(",") if x.strip()]
         else:
             base[k] = v
-    return Options(**base)
+    rules = load_rules(base.get("rule_dirs", ()))
+    if path is not None:
+        _check_file_specs(path, base, rules)
+        _check_params(path, base.get("params", {}), rules)
+    cli = {k: _split(v) if v else None for k, v in specs.items()}
+    for k, values in cli.items():
+        for spec in values or ():
+            try:
+                rules.check_spec(spec)
+            except UnknownRuleError as exc:
+                raise UnknownRuleError(spec, f"--{k.replace('_', '-')}: {exc.message}") from None
+    chose = cli["select"] or base.get("select")
+    select = _merge(cli["select"], base.pop("select", None), base.pop("extend_select", []), cli["extend_select"] or [])
+    if not chose:  # no select anywhere: the default set (every rule) already holds the extensions
+        select = []
+    ignore = _merge(cli["ignore"], base.pop("ignore", None), base.pop("extend_ignore", []), cli["extend_ignore"] or [])
+    return Options(**base, select=select, ignore=ignore), rules
+
+
+def load_options(explicit: str | None = None, **flags: Any) -> Options:
+    """`load_settings` without the rules."""
+    return load_settings(explicit, **flags)[0]

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import termios
+import time
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from kvlogdiag.cli.main import ExitCode, cli
+from kvlogdiag.cli.exit import ExitCode
+from kvlogdiag.cli.main import cli
 
 HIGH_UTIL = (
     "(APIServer pid=7) INFO 07-03 14:17:08 [utils.py:328] non-default args: {'model_tag': 'Qwen/Qwen3-32B', "
@@ -43,6 +52,37 @@ def findings(result):
 
 def test_exit_code_enum_values():
     assert [int(ExitCode.OK), int(ExitCode.FINDINGS), int(ExitCode.ERROR)] == [0, 1, 2]
+    assert [int(ExitCode.INTERRUPTED), int(ExitCode.BROKEN_PIPE), int(ExitCode.TERMINATED)] == [130, 141, 143]
+
+
+def test_exit_module_is_a_leaf_and_the_only_definition():
+    import ast
+    import re
+
+    root = Path(__file__).resolve().parent.parent / "kvlogdiag"
+    tree = ast.parse((root / "cli" / "exit.py").read_text(encoding="utf-8"))
+    imported = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+    imported += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    assert not [m for m in imported if m.startswith("kvlogdiag")]
+    for path in root.rglob("*.py"):
+        if path == root / "cli" / "exit.py":
+            continue
+        text = path.read_text(encoding="utf-8")
+        assert "class ExitCode" not in text, path
+        assert not re.search(r"^\s*\w*EXIT\w*\s*=\s*\d+", text, re.M), f"{path}: an exit status of its own"
+        assert not re.search(r"\bexit\(\s*\d", text), f"{path}: an exit status written as a number"
+
+
+def test_every_project_exception_has_one_base():
+    from kvlogdiag.config import ConfigError
+    from kvlogdiag.errors import KvlogdiagError
+    from kvlogdiag.input.reader import InputError
+    from kvlogdiag.modes.scan import StateError
+    from kvlogdiag.rules.condition import ConditionError, EvaluationError
+    from kvlogdiag.rules.engine import RuleLoadError, UnknownRuleError
+
+    for exc in (ConfigError, InputError, StateError, RuleLoadError, UnknownRuleError, ConditionError, EvaluationError):
+        assert issubclass(exc, KvlogdiagError), exc
 
 
 def test_error_finding_exits_1_by_default(log):
@@ -74,10 +114,43 @@ def test_ignore_by_code_prefix_or_name(log, spec):
 
 
 def test_select_limits_rules(log):
-    r = run(["analyze", "--format", "json", "--select", "KVD999", log(HIGH_UTIL)])
+    r = run(["analyze", "--format", "json", "--select", "KVD013", log(HIGH_UTIL)])
     assert findings(r) == []
     r = run(["analyze", "--format", "json", "--select", "KVD004,KVD001", log(HIGH_UTIL)])
     assert [f["rule"] for f in findings(r)] == ["KVD004"]
+
+
+@pytest.mark.parametrize("args,bad,suggestion", [
+    (["--select", "KVD999"], "KVD999", "KVD009"),
+    (["--select", "KVD04"], "KVD04", "KVD004"),  # a prefix of no rule (KVD01 is one of KVD010-KVD018)
+    (["--select", "KVD004,KVD00x"], "KVD00x", "KVD001"),  # ties: the first few, in code order
+    (["--ignore", "foo"], "foo", None),
+    (["--ignore", "gpu-memory-utilisation-high"], "gpu-memory-utilisation-high", "gpu-memory-utilization-high"),
+    (["--extend-select", "KVD0999"], "KVD0999", "KVD009"),
+])
+def test_unknown_rule_spec_is_usage_error_with_suggestion(log, args, bad, suggestion):
+    r = run(["analyze", "--format", "json", *args, log(HIGH_UTIL)])
+    assert r.exit_code == 2 and r.stdout == ""
+    lines = [ln for ln in r.stderr.splitlines() if ln]
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith(f"kvlogdiag: error: {args[0]}: ") and repr(bad) in lines[0]
+    if suggestion:
+        assert f"did you mean {suggestion!r}" in lines[0]
+    else:
+        assert "did you mean" not in lines[0]
+
+
+@pytest.mark.parametrize("cmd", [["report"], ["scan"], ["watch", "--no-echo", "-f"]])
+def test_unknown_rule_spec_rejected_by_every_rule_command(log, cmd):
+    r = run([cmd[0], "--select", "KVD999", *cmd[1:], log(HIGH_UTIL)])
+    assert r.exit_code == 2, (r.stdout, r.stderr)
+    assert "'KVD999'" in r.stderr and "did you mean" in r.stderr
+
+
+@pytest.mark.parametrize("spec", ["KVD0", "KVD01", "ALL", "all", "kvd00"])
+def test_valid_prefixes_accepted(log, spec):
+    r = run(["analyze", "--format", "json", "--select", spec, log(HIGH_UTIL)])
+    assert r.exit_code in (0, 1), r.stderr
 
 
 def test_missing_input_is_one_line_error_and_others_still_analysed(log):
@@ -166,6 +239,8 @@ def test_rules_explain_patterns():
     assert r.exit_code == 0 and "Why it matters" in r.stdout and "warn_at = 0.9" in r.stdout
     r = run(["explain", "NOPE1"])
     assert r.exit_code == 2
+    r = run(["explain", "KVD0004"])
+    assert r.exit_code == 2 and "did you mean 'KVD004'" in r.stderr
     r = run(["patterns"])
     assert "kv_available_gib" in r.stdout
 
@@ -174,3 +249,94 @@ def test_stdin_dash(log):
     r = run(["analyze", "--format", "json", "-"], input=HIGH_UTIL.encode())
     a = json.loads(r.stdout)["analyses"][0]
     assert a["source"] == "-" and a["config"]["gpu_memory_utilization"] == 0.99
+
+
+def test_explain_ambiguous_prefix_lists_candidates():
+    r = run(["explain", "KVD00"])
+    assert r.exit_code == 2 and r.stdout == ""
+    assert "ambiguous" in r.stderr
+    for code in [f"KVD00{n}" for n in range(1, 10)]:
+        assert code in r.stderr
+
+
+@pytest.mark.parametrize("spec", ["KVD001", "kvd001", "hybrid-kv-manager-disabled"])
+def test_explain_by_code_or_name(spec):
+    r = run(["explain", spec])
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.startswith("KVD001 hybrid-kv-manager-disabled")
+
+
+def test_explain_unique_prefix_and_exact_code_wins_over_prefix(tmp_path):
+    d = tmp_path / "myrules"
+    d.mkdir()
+    for code, name in (("ACME001", "one"), ("ACME0010", "ten")):
+        (d / f"{code}-{name}.toml").write_text(
+            f'code = "{code}"\nname = "{name}"\nsummary = "s"\nwhy = "w"\nfix = "f"\n'
+            'condition = "true"\nmessage = "m"\n')
+    r = run(["explain", "--rules", str(d), "ACME001"])  # also a prefix of ACME0010
+    assert r.exit_code == 0 and r.stdout.startswith("ACME001 one"), r.stderr
+    r = run(["explain", "--rules", str(d), "ACME00"])
+    assert r.exit_code == 2 and "ACME001" in r.stderr and "ACME0010" in r.stderr
+    r = run(["explain", "--rules", str(d), "ACME0010"])
+    assert r.exit_code == 0 and r.stdout.startswith("ACME0010 ten")
+    r = run(["explain", "KVD01"])  # KVD010-KVD018
+    assert r.exit_code == 2 and "KVD018" in r.stderr
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _unread(fd: int) -> int:
+    """Bytes waiting in a pipe (FIONREAD on our copy of its read end)."""
+    return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+
+
+@pytest.mark.parametrize("cmd", [["analyze"], ["analyze", "--format", "json"], ["report"]])
+def test_ctrl_c_while_reading_an_open_pipe_exits_130(tmp_path, cmd):
+    r_fd, w_fd = os.pipe()
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-m", "kvlogdiag", *cmd, "-"], stdin=r_fd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, cwd=tmp_path, env=env)
+    try:
+        os.write(w_fd, HIGH_UTIL.encode() * 20)
+        # the marker: the command has read what we wrote, so it runs its own code (not interpreter start-up);
+        # the pipe stays open, as behind a live server. The deadline only guards against a hang.
+        deadline = time.monotonic() + 120
+        while _unread(r_fd) > 0:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the command never read its input"
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        os.close(w_fd)
+        os.close(r_fd)
+        if proc.poll() is None:
+            proc.kill()
+    text = err.decode()
+    assert proc.returncode == 130, text
+    assert "kvlogdiag: interrupted" in text
+    assert "Aborted" not in text and "Traceback" not in text
+    assert out == b""
+
+
+def test_main_returns_through_one_exit(tmp_path, log):
+    path = log(HIGH_UTIL)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+
+    def rc(*args):
+        return subprocess.run([sys.executable, "-m", "kvlogdiag", *args], cwd=tmp_path, env=env,
+                              capture_output=True, timeout=120)
+
+    assert rc("analyze", path).returncode == 1
+    assert rc("analyze", "--fail-on", "never", path).returncode == 0
+    p = rc("analyze", "--format", "yaml", path)  # click's own usage errors stay exit 2
+    assert p.returncode == 2 and b"Invalid value" in p.stderr
+    p = rc("--help")
+    assert p.returncode == 0 and b"analyze" in p.stdout
+    p = rc("--version")
+    assert p.returncode == 0 and b"kvlogdiag" in p.stdout
+    p = rc("rules")
+    assert p.returncode == 0 and b"KVD004" in p.stdout
+    p = rc("analyze", "--select", "KVD999", path)
+    assert p.returncode == 2 and p.stderr.count(b"\n") == 1

@@ -33,6 +33,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from kvlogdiag.errors import KvlogdiagError
+
 if sys.version_info >= (3, 11):  # pragma: no cover - depends on interpreter
     import tomllib
 else:  # pragma: no cover
@@ -104,7 +106,7 @@ _DTYPE_BYTES = {
 }
 
 
-class UnknownArchitecture(ValueError):
+class UnknownArchitecture(KvlogdiagError, ValueError):
     """The config (or model name) does not describe an architecture this module can size."""
 
 

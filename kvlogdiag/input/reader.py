@@ -35,6 +35,8 @@ import sys
 from dataclasses import dataclass
 from typing import BinaryIO, Iterator
 
+from kvlogdiag.errors import KvlogdiagError
+
 CHUNK_BYTES = 1 << 20
 MAX_LINE_BYTES = 1 << 20
 DEFAULT_MAX_BYTES = 16 << 30  # decompressed bytes per input before it is called a bomb
@@ -47,7 +49,7 @@ _MAGIC = (
 )
 
 
-class InputError(Exception):
+class InputError(KvlogdiagError):
     """An input that cannot be opened or read; the message names it."""
 
 

@@ -50,6 +50,8 @@ from typing import Any, NamedTuple, TypeVar, Union
 
 import regex
 
+from kvlogdiag.errors import KvlogdiagError
+
 __all__ = [
     "Binary", "Call", "Condition", "ConditionError", "EvaluationError", "FunctionSpec",
     "ListExpr", "Literal", "Name", "Node", "Unary", "compile_user_regex", "parse",
@@ -66,7 +68,7 @@ MAX_MAGNITUDE = 1e300
 _E = TypeVar("_E", bound="_PositionedError")
 
 
-class _PositionedError(Exception):
+class _PositionedError(KvlogdiagError):
     def __init__(self, message: str, position: int | None = None, context: str = "") -> None:
         super().__init__(message, position, context)  # keeps the error picklable
         self.message, self.position, self.context = message, position, context

@@ -17,14 +17,17 @@ and the column. A rule that fails while evaluating is reported and skipped; the 
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 import sys
 from dataclasses import dataclass, field
+from dataclasses import fields as dataclass_fields
 from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from kvlogdiag.errors import KvlogdiagError
 from kvlogdiag.result import Severity
 from kvlogdiag.rules.condition import (
     Call, Condition, ConditionError, EvaluationError, FunctionSpec, ListExpr, Literal, Unary, Binary,
@@ -99,8 +102,29 @@ FUNCTION_DOCS: dict[str, str] = {
 _EVIDENCE_FUNCTIONS = {"kv_usage_lines_at_or_above", "kv_usage_first_line_at_or_above"}
 
 
-class RuleLoadError(Exception):
+class RuleLoadError(KvlogdiagError):
     """A rule file that cannot be used; the message names file, rule and position."""
+
+
+class UnknownRuleError(KvlogdiagError, ValueError):
+    """A ``--select``/``--ignore``/``explain`` spec that names no loaded rule (or, for explain, several)."""
+
+    def __init__(self, spec: str, message: str):
+        super().__init__(message)
+        self.spec, self.message = spec, message
+
+
+def suggest(word: str, candidates: Iterable[str]) -> str:
+    """`` (did you mean 'X'?)`` from difflib, or ``""``; equally close candidates are all named, up to three."""
+    cands = list(dict.fromkeys(candidates))
+    scored = [(difflib.SequenceMatcher(None, word, c).ratio(), i, c) for i, c in enumerate(cands)]
+    scored = [t for t in scored if t[0] >= 0.6]
+    if not scored:
+        return ""
+    best = max(t[0] for t in scored)
+    top = [c for r, _, c in sorted(scored, key=lambda t: t[1]) if r == best][:3]
+    said = repr(top[-1]) if len(top) == 1 else ", ".join(repr(c) for c in top[:-1]) + f" or {top[-1]!r}"
+    return f" (did you mean {said}?)"
 
 
 @dataclass(frozen=True)
@@ -152,20 +176,46 @@ class RuleSet:
                     out.append(p)
         return tuple(out)
 
+    def matching(self, spec: str) -> list[Rule]:
+        """The rules a ``--select``/``--ignore`` spec names: ``ALL``, a code, a code prefix or a name."""
+        s = spec.strip()
+        if s.upper() == "ALL":
+            return list(self.rules)
+        return [r for r in self.rules if r.code.startswith(s.upper()) or r.name == s.lower()]
+
+    def check_spec(self, spec: str) -> None:
+        """`UnknownRuleError` (with a suggestion) when ``spec`` matches no loaded rule."""
+        s = spec.strip()
+        if s and not self.matching(s):
+            hint = suggest(s.upper(), [r.code for r in self.rules]) or suggest(s.lower(), [r.name for r in self.rules])
+            raise UnknownRuleError(s, f"no rule matches {s!r}{hint} (see 'kvlogdiag rules')")
+
     def selected(self, select: Iterable[str] = (), ignore: Iterable[str] = ()) -> "RuleSet":
-        sel, ign = list(select), list(ignore)
-        return RuleSet([r for r in self.rules if (not sel or _matches_any(r, sel)) and not _matches_any(r, ign)])
+        """The rules matching ``select`` (all when empty) minus those matching ``ignore``.
 
+        Every spec must match some loaded rule: a typo is an `UnknownRuleError`, never an empty set.
+        """
+        sel = [s.strip() for s in select if s.strip()]
+        ign = [s.strip() for s in ignore if s.strip()]
+        for s in (*sel, *ign):
+            self.check_spec(s)
+        chosen = {r.code for s in sel for r in self.matching(s)} if sel else {r.code for r in self.rules}
+        chosen -= {r.code for s in ign for r in self.matching(s)}
+        return RuleSet([r for r in self.rules if r.code in chosen])
 
-def _matches_any(rule: Rule, specs: list[str]) -> bool:
-    """``--select`` / ``--ignore`` accept codes, code prefixes (``KVD0``) and names."""
-    for s in specs:
-        s = s.strip()
-        if not s:
-            continue
-        if s.upper() == "ALL" or rule.code.startswith(s.upper()) or rule.name == s.lower():
-            return True
-    return False
+    def lookup(self, spec: str) -> Rule:
+        """One rule for ``explain``: an exact code or name first, else a prefix shared by exactly one rule."""
+        s = spec.strip()
+        for r in self.rules:
+            if r.code == s.upper() or r.name == s.lower():
+                return r
+        found = [r for r in self.rules if r.code.startswith(s.upper())] if s else []
+        if len(found) == 1:
+            return found[0]
+        if found:
+            raise UnknownRuleError(s, f"{s!r} is ambiguous: it is a prefix of {', '.join(r.code for r in found)}")
+        hint = suggest(s.upper(), [r.code for r in self.rules]) or suggest(s.lower(), [r.name for r in self.rules])
+        raise UnknownRuleError(s, f"no rule {s!r}{hint} (see 'kvlogdiag rules')")
 
 
 # --- loading --------------------------------------------------------------------------------
@@ -206,18 +256,36 @@ def load_rules(extra_dirs: Iterable[str] = (), include_builtin: bool = True) -> 
     return RuleSet(rules)
 
 
+def toml_error_line(exc: Exception, text: str) -> int:
+    """Line number of a TOML error (tomllib says "at line N" or "at end of document")."""
+    m = re.search(r"line (\d+)", str(exc))
+    if m:
+        return int(m.group(1))
+    return max(1, text.count("\n") + (0 if text.endswith("\n") else 1))
+
+
+def nesting_line(text: str, limit: int = 100) -> int:
+    """Line where bracket nesting first passes ``limit`` (where a too-deep TOML document goes wrong)."""
+    depth = 0
+    for n, line in enumerate(text.splitlines(), 1):
+        for ch in line:
+            if ch in "[{":
+                depth += 1
+                if depth > limit:
+                    return n
+            elif ch in "]}":
+                depth = max(0, depth - 1)
+    return 1
+
+
 def load_rule(path: str, content: bytes | str, builtin: bool = False) -> Rule:
     """Parse and validate one rule file."""
     text = content.decode("utf-8", "replace") if isinstance(content, bytes) else content
     try:
         data = tomllib.loads(text)
     except RecursionError:
-        from kvlogdiag.config import nesting_line
-
         raise RuleLoadError(f"{path}:{nesting_line(text)}: not valid TOML: nested too deeply") from None
     except tomllib.TOMLDecodeError as exc:
-        from kvlogdiag.config import toml_error_line
-
         raise RuleLoadError(f"{path}:{toml_error_line(exc, text)}: not valid TOML: {exc}") from None
     code = data.get("code")
     where = f"{path}: {code or '<no code>'}"
@@ -307,6 +375,8 @@ def load_rule(path: str, content: bytes | str, builtin: bool = False) -> Rule:
     samples = data.get("samples", [])
     if not isinstance(samples, list) or not all(isinstance(s, dict) and isinstance(s.get("log"), str) and isinstance(s.get("fires"), bool) for s in samples):
         raise RuleLoadError(f"{where}: [[samples]] need 'log' (text) and 'fires' (true/false)")
+    for i, sample in enumerate(samples):
+        _check_sample(f"{where}: samples[{i}]", sample)
     line_patterns = []
     for _, cond in lets:
         line_patterns.extend(_line_patterns(cond))
@@ -319,6 +389,31 @@ def load_rule(path: str, content: bytes | str, builtin: bool = False) -> Rule:
     return Rule(code, name, severity, data["summary"].strip(), checks[0].message, data["why"].strip(),
                 data["fix"].strip(), refs, applies, params, lets, checks, samples, path,
                 tuple(dict.fromkeys(line_patterns)), builtin)
+
+
+# what tests/test_rules.py reads from a [[samples]] entry
+SAMPLE_KEYS = {"log": "text", "fires": "true/false", "severity": "info/warning/error", "message_contains": "a list of texts",
+               "line": "a line number", "options": "a table of options", "allow_unknown": "true/false"}
+_OPTION_FIELDS = {f.name for f in dataclass_fields(Options)}
+
+
+def _check_sample(where: str, sample: dict) -> None:
+    for key in sample:
+        if key not in SAMPLE_KEYS:
+            raise RuleLoadError(f"{where}: unknown key '{key}'{suggest(key, SAMPLE_KEYS)} (known: {', '.join(SAMPLE_KEYS)})")
+    checks = {
+        "severity": lambda v: v in SEVERITIES,
+        "message_contains": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+        "line": lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0,
+        "options": lambda v: isinstance(v, dict),
+        "allow_unknown": lambda v: isinstance(v, bool),
+    }
+    for key, ok in checks.items():
+        if key in sample and not ok(sample[key]):
+            raise RuleLoadError(f"{where}: '{key}' must be {SAMPLE_KEYS[key]}")
+    for key in sample.get("options", {}):
+        if key not in _OPTION_FIELDS:
+            raise RuleLoadError(f"{where}: options: unknown option '{key}'{suggest(key, sorted(_OPTION_FIELDS))}")
 
 
 def _parse(where: str, field_name: str, text: Any, names: set[str]) -> Condition:

@@ -1,0 +1,87 @@
+"""What the commands share: the rule options, building the analyzer from config + flags, exit by findings.
+
+Commands return an `ExitCode`; errors meant for the user are `KvlogdiagError` and are printed as one
+``kvlogdiag: error: ...`` line by the group in `kvlogdiag.cli.main` (exit 2).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+import click
+
+from kvlogdiag.cli.exit import ExitCode
+from kvlogdiag.config import LEVELS, ROLES, load_settings
+from kvlogdiag.pipeline import Analyzer
+from kvlogdiag.result import Severity
+
+
+def fail_exit(analyses: list, fail_on: str) -> ExitCode:
+    """FINDINGS when any finding of the given runs reaches ``fail_on`` (``never`` disables)."""
+    limit = Severity.threshold(fail_on)
+    if any(f.severity >= limit for a in analyses for f in a.findings):
+        return ExitCode.FINDINGS
+    return ExitCode.OK
+
+
+def err(msg: str) -> None:
+    click.echo(f"kvlogdiag: error: {msg}", err=True)
+
+
+SPEC_HELP = "codes, code prefixes or names; repeatable or comma-separated"
+
+
+def rule_options(func: Callable) -> Callable:
+    """Options shared by every command that evaluates rules."""
+    decorators = [
+        click.option("--select", multiple=True, help=f"Only these rules ({SPEC_HELP}); replaces the config's select."),
+        click.option("--extend-select", multiple=True, help="Add these rules to the selection (of the config or --select)."),
+        click.option("--ignore", multiple=True, help=f"Skip these rules ({SPEC_HELP}); replaces the config's ignore."),
+        click.option("--extend-ignore", multiple=True, help="Skip these rules as well as the ignored ones."),
+        click.option("--fail-on", type=click.Choice(LEVELS), default=None, help="Exit 1 when a finding reaches this severity [default: error]."),
+        click.option("--min-severity", type=click.Choice(LEVELS[:3]), default=None, help="Show findings from this severity up [default: info]."),
+        click.option("--rules", "rule_dirs", multiple=True, type=click.Path(file_okay=False), help="Extra folder of rule files (repeatable)."),
+        click.option("--role", type=click.Choice(ROLES), default=None, help="Node role; default from kv_role (kv_producer→prefill, kv_consumer→decode, kv_both→mixed)."),
+        click.option("--p99-len", type=click.IntRange(min=1), default=None, help="Workload P99 request length in tokens [default: 32768]."),
+        click.option("--avg-prompt-len", type=click.IntRange(min=1), default=None, help="Average prompt length in tokens."),
+        click.option("--strict-rules", is_flag=True, default=None, help="A rule that fails while evaluating is fatal (exit 2)."),
+        click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None, help="kvlogdiag.toml to use instead of the one found from the current directory."),
+    ]
+    for d in reversed(decorators):
+        func = d(func)
+    return func
+
+
+def build_analyzer(ctx_kwargs: dict[str, Any]) -> Analyzer:
+    """Options (config file + flags, popped from ``ctx_kwargs``) and an Analyzer over the selected rules.
+
+    Bad configuration, rules or rule specs raise `KvlogdiagError` subclasses (one-line messages).
+    """
+    opts, rules = load_settings(
+        ctx_kwargs.pop("config_path", None),
+        select=ctx_kwargs.pop("select", ()), ignore=ctx_kwargs.pop("ignore", ()),
+        extend_select=ctx_kwargs.pop("extend_select", ()), extend_ignore=ctx_kwargs.pop("extend_ignore", ()),
+        fail_on=ctx_kwargs.pop("fail_on", None), min_severity=ctx_kwargs.pop("min_severity", None),
+        rule_dirs=ctx_kwargs.pop("rule_dirs", ()), role=ctx_kwargs.pop("role", None),
+        p99_len=ctx_kwargs.pop("p99_len", None), avg_prompt_len=ctx_kwargs.pop("avg_prompt_len", None),
+        strict_rules=ctx_kwargs.pop("strict_rules", None),
+    )
+    return Analyzer(opts, rules=rules.selected(opts.select, opts.ignore))
+
+
+def report_rule_errors(analyzer: Analyzer) -> bool:
+    """Print rule evaluation errors to stderr; True when --strict-rules makes them fatal."""
+    for e in analyzer.rule_errors:
+        click.echo(f"kvlogdiag: rule error: {e.message}", err=True)
+    return bool(analyzer.rule_errors) and analyzer.options.strict_rules
+
+
+def quiet_stdout() -> None:
+    """stdout's reader is gone: point fd 1 at /dev/null so the interpreter's final flush cannot fail."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.close(devnull)
+    except OSError:
+        pass

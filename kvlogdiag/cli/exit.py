@@ -1,0 +1,20 @@
+"""Exit statuses of every kvlogdiag command, in one place.
+
+A leaf module: it imports nothing from kvlogdiag, so any layer (modes, cli) can use it without a cycle.
+The signal statuses follow the shell's 128 + signal number convention.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """What the process exits with."""
+
+    OK = 0  # no finding at or above --fail-on
+    FINDINGS = 1  # findings at or above --fail-on
+    ERROR = 2  # usage error, bad configuration or rules, or an input that could not be read
+    INTERRUPTED = 130  # Ctrl-C (SIGINT)
+    BROKEN_PIPE = 141  # the reader of stdout went away (SIGPIPE)
+    TERMINATED = 143  # SIGTERM (watch prints its summary first)
