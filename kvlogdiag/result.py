@@ -159,6 +159,12 @@ class KVCache:
     blocks_by_rank: list[RankValue] = field(default_factory=list)
 
     @property
+    def kv_memory_gib_min(self) -> float | None:
+        """Smallest KV memory figure: "Available KV cache memory", else the other budget lines (V0, CPU, Ascend)."""
+        mem = [x for x in self.available_gib if x is not None] or [b["gib"] for b in self.kv_budget if b.get("gib") is not None]
+        return min(mem) if mem else None
+
+    @property
     def max_concurrency_by_length(self) -> dict[int, tuple[float, float, int]]:
         """tokens per request → (lowest, highest, number of lines)."""
         out: dict[int, list[float]] = {}

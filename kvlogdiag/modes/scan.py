@@ -325,7 +325,6 @@ def row_from_analysis(source: str, a: Analysis) -> dict[str, Any]:
     """The flat row of one run's analysis (JSON-safe values only)."""
     row = empty_row(source)
     v, c, kv, e = a.vllm, a.config, a.kv_cache, a.errors
-    mem = [x for x in kv.available_gib if x is not None] or [b["gib"] for b in kv.kv_budget if b.get("gib") is not None]
     conc = [m["concurrency"] for m in kv.max_concurrency if m.get("concurrency") is not None]
     kinds = [k for k, on in (("insufficient_kv", bool(e.get("insufficient_kv"))), ("no_available_memory", bool(e.get("no_available_memory"))),
                              ("startup_failed", bool(e.get("startup_failed")))) if on]
@@ -338,7 +337,7 @@ def row_from_analysis(source: str, a: Analysis) -> dict[str, Any]:
         "model": c.get("model"), "tp": c.get("tensor_parallel_size"), "pp": c.get("pipeline_parallel_size"),
         "dp": c.get("data_parallel_size"), "max_model_len": c.get("max_model_len"), "block_size": c.get("block_size"),
         "gpu_memory_utilization": as_float(c.get("gpu_memory_utilization")), "kv_cache_dtype": c.get("kv_cache_dtype"),
-        "available_gib_min": as_float(min(mem)) if mem else None,
+        "available_gib_min": as_float(kv.kv_memory_gib_min),
         "tokens_min": min(kv.tokens) if kv.tokens else None,
         "bytes_per_token": as_float(kv.bytes_per_token),
         "max_concurrency_min": as_float(min(conc)) if conc else None,
