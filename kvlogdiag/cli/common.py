@@ -13,8 +13,13 @@ import click
 
 from kvlogdiag.cli.exit import ExitCode
 from kvlogdiag.config import LEVELS, ROLES, load_settings
+from kvlogdiag.errors import KvlogdiagError
 from kvlogdiag.pipeline import Analyzer
 from kvlogdiag.result import Severity
+
+
+class OneLineUsageError(KvlogdiagError):
+    """A usage error a command reports as one ``kvlogdiag: error:`` line (exit 2) instead of click's usage text."""
 
 
 def fail_exit(analyses: list, fail_on: str) -> ExitCode:

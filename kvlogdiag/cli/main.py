@@ -148,7 +148,7 @@ def _register_optional() -> None:
     import importlib
 
     for mod, attr in (("kvlogdiag.cli.watch", "watch"), ("kvlogdiag.modes.scan", "scan"), ("kvlogdiag.cli.report", "report"),
-                      ("kvlogdiag.modes.estimate", "estimate")):
+                      ("kvlogdiag.cli.estimate", "estimate")):
         try:
             m = importlib.import_module(mod)
         except ModuleNotFoundError as exc:
