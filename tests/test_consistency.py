@@ -146,3 +146,29 @@ def test_every_mode_states_the_same_figures_per_run(log, modes):
             got = (inputs.get(key) or {})
             if got.get("source") == "log":
                 assert got.get("value") == ref[key], ("estimate", key, i, got, ref[key])
+
+
+def test_watch_follow_truncation_gives_the_runs_analyze_gives(tmp_path, modes):
+    """``watch -f`` on a file truncated by a restart (copytruncate): each run's final event = analyze of that start."""
+    import signal
+
+    from test_watch import Watch
+
+    a = (SAMPLE_LOGS_DIR / "v1_single_gpu.log").read_bytes()
+    b = (SAMPLE_LOGS_DIR / "v1_tp4_workers.log").read_bytes()
+    log = tmp_path / "server.log"
+    log.write_bytes(a)
+    w = Watch(["-f", str(log), "--format", "json", "--fail-on", "never"], tmp_path, stdin=subprocess.DEVNULL)
+    try:
+        w.wait_for(lambda: w.stdout() == a, 120, "the first start")
+        with open(log, "wb") as fh:  # the restarted server truncates its log and writes a new start
+            fh.write(b)
+        w.wait_for(lambda: w.stdout() == a + b, 120, "the second start")
+        w.wait_for(lambda: [e for e in w.events() if e["event"] == "run"], 120, "the new run")
+        w.proc.send_signal(signal.SIGINT)
+        w.proc.wait(timeout=120)
+    finally:
+        w.kill()
+    finals = sorted((e["analysis"] for e in w.events() if e.get("event") == "final"), key=lambda x: x["run"]["index"])
+    want = [_ref(modes[str(SAMPLE_LOGS_DIR / name)]["analyze"][0]) for name in ("v1_single_gpu.log", "v1_tp4_workers.log")]
+    assert [_ref(f) for f in finals] == want

@@ -231,6 +231,9 @@ def _same(a: Finding, b: Finding) -> bool:
 # --- input sources ----------------------------------------------------------------------------
 
 
+HEAD_BYTES = 4096  # first bytes of a followed file compared to tell a rewrite
+
+
 class FollowFile:
     """``tail -F`` for one path: new data, truncation (copytruncate) and rotation (rename + new file)."""
 
@@ -240,6 +243,8 @@ class FollowFile:
         self.ident: tuple[int, int] | None = None
         self.note = note
         self.waiting_noted = False
+        self.head = b""  # the file's first bytes as read: a rewrite from the start changes them
+        self.rewritten = False
         self._open(from_end)
 
     def _open(self, at_end: bool) -> bool:
@@ -264,15 +269,27 @@ class FollowFile:
         where = os.lseek(fd, 0, os.SEEK_END) if at_end else 0
         first = self.ident is None
         self.fd, self.ident, self.waiting_noted = fd, (st.st_dev, st.st_ino), False
+        self.head = os.pread(fd, min(HEAD_BYTES, where), 0) if where else b""
         if first:
             self.note(f"{self.path}: following from {'the end (byte ' + format(where, ',') + ')' if at_end else 'the start'}")
         return True
 
     def read(self) -> bytes:
-        """Bytes available now (b"" when there are none)."""
-        if self.fd is None:
+        """Bytes available now (b"" when there are none, or when the file was rewritten from its start).
+
+        A restarted server that truncates its log and writes more than before between two polls leaves a
+        file larger than our position: only its first bytes tell the truncation, so they are compared
+        before every read (reading on from the old position would take the middle of the new start)."""
+        if self.fd is None or self.rewritten:
             return b""
-        return os.read(self.fd, READ_BYTES)
+        if self.head and os.pread(self.fd, len(self.head), 0) != self.head:
+            self.rewritten = True
+            return b""
+        pos = os.lseek(self.fd, 0, os.SEEK_CUR)
+        data = os.read(self.fd, READ_BYTES)
+        if data and len(self.head) < HEAD_BYTES and pos <= len(self.head):
+            self.head = (self.head[:pos] + data)[:HEAD_BYTES]
+        return data
 
     def check(self) -> tuple[str | None, bytes]:
         """At end of data: ('truncated' | 'rotated' | 'appeared' | None, last bytes of the old file).
@@ -283,8 +300,9 @@ class FollowFile:
             return ("appeared" if self._open(False) else None), b""
         try:
             pos = os.lseek(self.fd, 0, os.SEEK_CUR)
-            if os.fstat(self.fd).st_size < pos:
+            if self.rewritten or os.fstat(self.fd).st_size < pos:
                 os.lseek(self.fd, 0, os.SEEK_SET)
+                self.rewritten, self.head = False, b""
                 return "truncated", b""
             st = os.stat(self.path)
         except FileNotFoundError:
