@@ -140,7 +140,7 @@ class StartupTracker:
         # message but is not the error
         em = _EXC.match(body_s)
         code_line = body_s.startswith("raise ") or (
-            em is None and body.startswith("    ") and bool(tb) and tb[-1][0] == line.number - 1
+            em is None and body.startswith("    ") and tb is not None and len(tb) > 0 and tb[-1][0] == line.number - 1
             and _FRAME.match(tb[-1][1]) is not None)
         if tb is not None:
             tb.append((line.number, body_s))
@@ -175,7 +175,7 @@ class StartupTracker:
             msg = pm.group("value_error") or pm.group("item")
             self._set_cause(line, proc, msg.strip(), None, "ValidationError", "config", {"config_class": config}, tb)
             return
-        if em and not _WARNING_EXC.search(exc) and not vm and (level is not None or tb is not None):
+        if em and exc and not _WARNING_EXC.search(exc) and not vm and (level is not None or tb is not None):
             if exc.endswith("KeyboardInterrupt") or exc.endswith("SystemExit"):
                 return
             self._set_cause(line, proc, body_s, None, exc, "unknown", {}, tb)
@@ -267,8 +267,8 @@ class StartupTracker:
         # the line the verdict rests on: the first echo, else the first death, else the cut traceback
         ev = None
         if self.echoes:
-            e = self.echoes[0]
-            ev = (e["line"], e["rank"], e["raw"])
+            first_echo = self.echoes[0]
+            ev = (first_echo["line"], first_echo["rank"], first_echo["raw"])
         elif self._death_lines:
             ev = self._death_lines[0]
         elif open_tb:

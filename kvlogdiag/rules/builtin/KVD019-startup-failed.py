@@ -56,5 +56,5 @@ def provide(facts: LogFacts, analysis: dict, ctx: Mapping[str, Any], put: Callab
         return
     put("startup_cause_found", False)
     ev = st.get("evidence")
-    fact = Fact(ev["raw"], ev["line"], ev.get("rank"), ev["raw"], "startup_failure", facts.run_index) if ev else None
-    put("startup_not_in_excerpt", st.get("not_in_excerpt_reason"), fact)
+    seen = Fact(ev["raw"], ev["line"], ev.get("rank"), ev["raw"], "startup_failure", facts.run_index) if ev else None
+    put("startup_not_in_excerpt", st.get("not_in_excerpt_reason"), seen)
