@@ -906,7 +906,7 @@ class Extractor:
                     deferred = int(tm.group("deferred"))
         if deferred:
             st.deferred_lines += 1
-        # vLLM >= 0.31 prints Waiting including the Deferred requests (blocked on remote KV, grammar, streamed
+        # vLLM >= 0.20 prints Waiting including the Deferred requests (blocked on remote KV, grammar, streamed
         # input: loggers.py), which no step budget could have admitted
         if running == 1 and waiting - deferred > 0:
             st.single_running_with_queue += 1

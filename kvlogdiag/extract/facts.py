@@ -82,7 +82,7 @@ class StatsSummary:
     single_running_first: Fact | None = None
     single_running_kv_usage_max: float | None = None  # highest KV usage on those lines
     busy_lines: int = 0  # lines with running > 0 or waiting > 0
-    deferred_lines: int = 0  # lines with "Deferred: N reqs" > 0 (blocked waiting requests, vLLM >= 0.31)
+    deferred_lines: int = 0  # lines with "Deferred: N reqs" > 0 (blocked waiting requests, vLLM >= 0.20)
     prefix_hit_last: float | None = None
     engines: set = field(default_factory=set)
 

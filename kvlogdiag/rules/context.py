@@ -135,9 +135,9 @@ SECTIONS: dict[str, dict[str, str]] = {
         "running_max": "largest 'Running: N reqs' of the stats lines",
         "waiting_max": "largest 'Waiting: N reqs' (V0 'Pending') of the stats lines",
         "busy_lines": "stats lines with running or waiting requests",
-        "single_running_lines": "stats lines with 'Running: 1 reqs' and requests waiting that are not 'Deferred' (vLLM >= 0.31 counts requests blocked on remote KV in both)",
+        "single_running_lines": "stats lines with 'Running: 1 reqs' and requests waiting that are not 'Deferred' (from vLLM 0.20 'Waiting' counts the Deferred requests, blocked on remote KV, too: docs/vllm-behaviour.md §2)",
         "single_running_kv_usage_max": "highest KV cache usage % on those single-running lines (null when they print none)",
-        "deferred_lines": "stats lines with 'Deferred: N reqs' > 0 (waiting requests blocked on remote KV, grammar or streamed input; vLLM >= 0.31)",
+        "deferred_lines": "stats lines with 'Deferred: N reqs' > 0 (waiting requests blocked on remote KV, grammar or streamed input; vLLM >= 0.20)",
     },
     "options": {
         "p99_len": "--p99-len (workload P99 request length, default 32768)",
