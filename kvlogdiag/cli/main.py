@@ -147,7 +147,7 @@ def _register_optional() -> None:
     """Commands that live in their own modules (added as they are built)."""
     import importlib
 
-    for mod, attr in (("kvlogdiag.cli.watch", "watch"), ("kvlogdiag.modes.scan", "scan"), ("kvlogdiag.cli.report", "report"),
+    for mod, attr in (("kvlogdiag.cli.watch", "watch"), ("kvlogdiag.cli.scan", "scan"), ("kvlogdiag.cli.report", "report"),
                       ("kvlogdiag.cli.estimate", "estimate")):
         try:
             m = importlib.import_module(mod)

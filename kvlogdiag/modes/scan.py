@@ -21,11 +21,8 @@ import os
 import sys
 from typing import Any, Iterable
 
-import click
-
 from kvlogdiag.derive.figures import as_float
 from kvlogdiag.errors import KvlogdiagError
-from kvlogdiag.input.reader import DEFAULT_MAX_BYTES
 from kvlogdiag.result import Analysis, Severity
 
 DEFAULT_INCLUDE = ("*.log*", "*.out*", "*.txt*", "*.gz", "*.zst", "*.xz", "*.bz2")
@@ -608,7 +605,7 @@ def summary_tables(df, rules_by_code: dict, elapsed: float, counts: dict) -> str
     return "\n".join(out) + "\n"
 
 
-# --- the command -----------------------------------------------------------------------------
+# --- running a scan (the command is kvlogdiag/cli/scan.py) ----------------------------------------
 
 
 def _chunks(items: list, size: int) -> list[list]:
@@ -620,159 +617,6 @@ def _default_jobs() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
         return max(1, os.cpu_count() or 1)
-
-
-@click.command()
-@click.argument("paths", nargs=-1, required=True, metavar="PATH...")
-@click.option("--include", multiple=True, metavar="GLOB",
-              help="Scan files whose name (or path below the folder) matches; repeatable. "
-                   "[default: *.log* *.out* *.txt* *.gz *.zst *.xz *.bz2; '*' for all]")
-@click.option("--exclude", multiple=True, metavar="GLOB", help="Skip files whose name or relative path matches; repeatable.")
-@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, help="Worker processes [default: the CPU count].")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
-              help="Write the rows to FILE: .csv, .parquet, .json, .jsonl or .md by extension.")
-@click.option("--state", "state_path", type=click.Path(dir_okay=False), default=None,
-              help="Remember what was scanned in FILE: re-scans read only new or changed files.")
-@click.option("--max-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_BYTES, show_default=True,
-              help="Per file: stop after this many decompressed bytes (decompression bombs) → an error row.")
-@click.option("--format", "fmt_out", type=click.Choice(["table", "json", "jsonl", "csv", "markdown"]), default="table",
-              show_default=True, help="stdout: summary tables, or every row as JSON / JSON lines / CSV / Markdown.")
-@click.option("--progress/--no-progress", default=None, help="Progress bar [default: when stderr is a terminal].")
-def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, ...], jobs: int | None,
-         output: str | None, state_path: str | None, max_bytes: int, fmt_out: str, progress: bool | None, **kw: Any) -> None:
-    """Scan an archive of logs (folders, globs, compressed files): one row per server start of each file, summaries, --output.
-
-    \b
-    kvlogdiag scan /var/log/vllm/ -o runs.parquet
-    kvlogdiag scan 'archive/**/*.gz' --state ~/.cache/kvlogdiag-scan.json -j 8
-
-    Exit: 0, or 1 when a finding reaches --fail-on; 2 when a path argument does not exist or the
-    options are bad. Files that cannot be read are rows with 'error' set, not exit 2.
-    """
-    import time
-
-    from kvlogdiag.cli.main import ExitCode, build_analyzer, err
-
-    t0 = time.monotonic()
-    fmt = None
-    if output:
-        ext = os.path.splitext(output)[1].lower()
-        fmt = OUTPUT_FORMATS.get(ext)
-        if fmt is None:
-            err(f"--output {output}: unknown extension {ext or '(none)'}; use .csv, .parquet, .json, .jsonl or .md")
-            sys.exit(ExitCode.ERROR)
-        if fmt == "parquet":
-            try:
-                import pyarrow  # noqa: F401
-            except ImportError:
-                err("writing Parquet needs pyarrow: pip install 'kvlogdiag[parquet]' (or use .csv/.json)")
-                sys.exit(ExitCode.ERROR)
-    analyzer = build_analyzer(kw)
-    opts = analyzer.options
-
-    state: dict | None = None
-    fp = None
-    if state_path:
-        try:
-            state = load_state(state_path)
-        except StateError as exc:
-            err(str(exc))
-            sys.exit(ExitCode.ERROR)
-        fp = fingerprint(analyzer, max_bytes)
-
-    finder = Finder(include, exclude)
-    for p in paths:
-        finder.add_argument(p)
-    for m in finder.missing:
-        err(f"{m}: no such file or directory")
-    entries = finder.entries
-
-    # what must be read, what comes from the state
-    rows: dict[str, list[dict]] = {}  # abspath → its rows (one per run)
-    todo: list[Entry] = []
-    cached = 0
-    old_files = (state or {}).get("files", {})
-    same_fp = state is not None and state.get("fingerprint") == fp
-    for e in entries:
-        if e.error is not None:
-            rows[e.abspath] = [empty_row(e.source, e.error)]
-            continue
-        if state is not None:
-            e.head = head_hash(e.abspath)
-            prev = old_files.get(e.abspath)
-            if (same_fp and prev and e.head is not None and prev.get("size") == e.size and prev.get("mtime_ns") == e.mtime_ns
-                    and prev.get("head") == e.head and isinstance(prev.get("rows"), list)
-                    and all(isinstance(r, dict) for r in prev["rows"]) and prev["rows"]):
-                rows[e.abspath] = [dict(r, source=e.source) for r in prev["rows"]]
-                cached += 1
-                continue
-        todo.append(e)
-    by_path = {e.abspath: e for e in entries}
-
-    new_state_files: dict[str, dict] = {}
-    if state is not None and same_fp:
-        for path, rec in old_files.items():
-            if path in rows and path in by_path and by_path[path].error is None:
-                new_state_files[path] = rec  # unchanged
-
-    def remember(e: Entry, file_rows: list[dict]) -> None:
-        if state is not None and all(r.get("error") is None for r in file_rows):
-            new_state_files[e.abspath] = {"size": e.size, "mtime_ns": e.mtime_ns, "head": e.head, "rows": file_rows}
-
-    def checkpoint() -> None:
-        """Progress so far, merged into the previous state (nothing dropped yet): a killed scan resumes."""
-        if state_path is None:
-            return
-        merged = dict(old_files) if same_fp else {}
-        merged.update(new_state_files)
-        save_state(state_path, fp, merged)
-
-    rule_errors: list[str] = []
-    show = progress if progress is not None else _stderr_tty()
-    njobs = jobs or _default_jobs()
-    interrupted = _run(todo, analyzer, max_bytes, njobs, show, rows, remember, rule_errors, checkpoint)
-
-    if interrupted:
-        checkpoint()
-        err("interrupted; state saved" if state_path else "interrupted")
-        sys.exit(ExitCode.INTERRUPTED)
-
-    for msg in dict.fromkeys(rule_errors):
-        click.echo(f"kvlogdiag: rule error: {msg}", err=True)
-
-    ordered = [row for e in sorted(entries, key=lambda e: e.source) for row in rows[e.abspath]]
-    dropped = 0
-    if state is not None:
-        dropped = sum(1 for p in old_files if p not in by_path)
-        if finder.missing:
-            err("a path argument does not exist: the state file is left unchanged")
-        else:
-            save_state(state_path, fp, new_state_files)
-
-    if output:
-        try:
-            write_output(output, fmt, ordered)
-        except OSError as exc:
-            err(f"{output}: cannot write ({exc.strerror or exc})")
-            sys.exit(ExitCode.ERROR)
-        except ImportError as exc:
-            err(f"{output}: {exc}")
-            sys.exit(ExitCode.ERROR)
-
-    if fmt_out == "table":
-        df = to_frame(ordered)
-        counts = {"analysed": len(todo), "cached": cached, "dropped": dropped}
-        click.echo(summary_tables(df, analyzer.rules.by_code(), time.monotonic() - t0, counts), nl=False)
-    else:
-        click.echo(render_rows(fmt_out, ordered), nl=False)
-    if state_path:
-        click.echo(f"kvlogdiag: state: {len(todo)} read, {cached} unchanged, {dropped} dropped", err=True)
-
-    if finder.missing:
-        sys.exit(ExitCode.ERROR)
-    if opts.strict_rules and rule_errors:
-        sys.exit(ExitCode.ERROR)
-    sys.exit(fail_exit_rows(ordered, opts.fail_on))
 
 
 def _stderr_tty() -> bool:
@@ -878,14 +722,3 @@ def _console():
     from rich.console import Console
 
     return Console(stderr=True)
-
-
-def _attach_rule_options(cmd: click.Command) -> None:
-    """The shared rule options of kvlogdiag.cli.main (imported here, after `scan` exists, so either module may load first)."""
-    from kvlogdiag.cli.main import rule_options
-
-    holder = rule_options(lambda: None)
-    cmd.params.extend(reversed(holder.__click_params__))  # type: ignore[attr-defined]
-
-
-_attach_rule_options(scan)
