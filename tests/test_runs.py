@@ -126,3 +126,20 @@ def test_a_restart_without_kv_in_the_first_start_is_a_new_run():
     assert [a.vllm.version for a in r.runs] == ["0.10.1.1", "0.11.0"]
     assert r.runs[0].kv_cache.tokens == [] and r.runs[1].kv_cache.tokens == [1009456]
     assert r.runs[1].run.started_by == "api_server_version"
+
+
+def test_folding_a_command_only_run_keeps_stopped_line_patterns():
+    from kvlogdiag.extract.facts import LogFacts
+    from kvlogdiag.extract.runs import server_starts
+    from kvlogdiag.pipeline import LineHits
+
+    first, second = LogFacts(source="x"), LogFacts(source="x", run_index=1, first_line=9)
+    first.kv_sized = True
+    first.line_hits, second.line_hits = LineHits(), LineHits()
+    first.line_hits["OOM"] = (2, None)
+    second.line_hits["OOM"] = (1, None)
+    second.line_hits.stopped["slow"] = "stopped at line 9"
+    (only,) = server_starts([first, second])
+    assert only.line_hits["OOM"] == (3, None)
+    assert isinstance(only.line_hits, LineHits) and only.line_hits.stopped == {"slow": "stopped at line 9"}
+    assert first.line_hits.stopped == {}  # the extractor's own runs are not changed

@@ -9,6 +9,7 @@ extractor's own lists (``watch`` asks again as more lines arrive, and that run m
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 from kvlogdiag.extract.facts import LogFacts
@@ -31,10 +32,14 @@ def _fold(prev: LogFacts, extra: LogFacts) -> LogFacts:
     config = {k: list(v) for k, v in prev.config.items()}
     for k, v in extra.config.items():
         config.setdefault(k, []).extend(v)
-    hits = dict(prev.line_hits)
+    hits = copy.copy(prev.line_hits)  # keeps its type (the pipeline's LineHits with its stopped patterns)
     for p, (n, first) in extra.line_hits.items():
         n0, f0 = hits.get(p, (0, None))
         hits[p] = (n0 + n, f0 or first)
+    for holder in (prev.line_hits, extra.line_hits):
+        stopped = getattr(holder, "stopped", None)
+        if stopped:  # a pattern stopped in either part leaves the folded run's count incomplete
+            hits.stopped = {**getattr(hits, "stopped", {}), **stopped}
     return dataclasses.replace(prev, config=config, env={**extra.env, **prev.env}, platform=prev.platform + extra.platform,
                                line_hits=hits, last_line_of_run=max(prev.last_line_of_run, extra.last_line_of_run))
 
