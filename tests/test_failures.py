@@ -20,7 +20,7 @@ from kvlogdiag.extract.failures import MAX_ECHOES, WINDOW, StartupTracker
 from kvlogdiag.input.reader import detect_hard_wrap, iter_lines, make_line, open_input, unwrap_lines
 
 DATA = Path(__file__).parent / "data"
-CASES = [p for d in ("failures", "failures_heldout", "failures_heldout2", "failures_heldout3") for p in sorted((DATA / d).glob("*.json"))]
+CASES = [p for d in ("failures", "failures_heldout", "failures_heldout2", "failures_heldout3", "failures_heldout4") for p in sorted((DATA / d).glob("*.json"))]
 
 
 def run(lines, keep=None) -> dict:

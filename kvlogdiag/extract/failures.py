@@ -129,6 +129,14 @@ class StartupTracker:
         if body_s.startswith("Traceback (most recent call last)"):
             self._open_tb(proc, line.number, body_s, level)
             return
+        if body_s.endswith("Traceback (most recent call last):"):
+            # "RuntimeError: Traceback (most recent call last):" (Ray Serve re-raising a formatted
+            # traceback), "EngineCore hit an exception: Traceback ...", V0 "Exception in worker ...:
+            # <message>, Traceback ...": a traceback starts here; what precedes it may carry the message
+            self._open_tb(proc, line.number, body_s, level)
+            body_s = body_s[: -len("Traceback (most recent call last):")].rstrip(" ,")
+            if not body_s or _EXC.match(body_s.rstrip(":")) and body_s.endswith(":"):
+                return
         if _RUNTIME_FRAME.match(body_s) and not self.runtime_line and self.cause is None:
             self.runtime_line = line.number
         tb = self._tb.get(proc)
