@@ -340,3 +340,25 @@ def test_main_returns_through_one_exit(tmp_path, log):
     assert p.returncode == 0 and b"KVD004" in p.stdout
     p = rc("analyze", "--select", "KVD999", path)
     assert p.returncode == 2 and p.stderr.count(b"\n") == 1
+
+
+def test_engines_have_no_click_and_only_the_group_exits():
+    import re
+
+    root = Path(__file__).resolve().parent.parent / "kvlogdiag"
+    for path in root.rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        if path.parent.name != "cli":
+            assert not re.search(r"^\s*(import click|from click)", text, re.M), f"{path}: click outside kvlogdiag/cli"
+            assert "kvlogdiag.cli.main" not in text or path.name == "__main__.py", f"{path}: imports the command line"
+        exits = re.findall(r"\bsys\.exit\(", text)
+        assert not exits or path == root / "cli" / "main.py", f"{path}: calls sys.exit (commands return an ExitCode)"
+    assert (root / "cli" / "main.py").read_text(encoding="utf-8").count("sys.exit(") == 1
+
+
+def test_checkout_runs_without_install(tmp_path):
+    # PYTHONPATH=. python -m kvlogdiag rules from the checkout: the built-in rules are package data
+    p = subprocess.run([sys.executable, "-m", "kvlogdiag", "rules", "--format", "json"], cwd=ROOT,
+                       env=dict(os.environ, PYTHONPATH="."), capture_output=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "KVD001" in {r["code"] for r in json.loads(p.stdout)}

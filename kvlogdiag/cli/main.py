@@ -21,7 +21,11 @@ from kvlogdiag import __version__
 from kvlogdiag.cli.analyze import analyze
 from kvlogdiag.cli.common import build_analyzer, err, fail_exit, quiet_stdout, report_rule_errors, rule_options
 from kvlogdiag.cli.exit import ExitCode
+from kvlogdiag.cli.estimate import estimate
+from kvlogdiag.cli.report import report
 from kvlogdiag.cli.rules import explain, patterns, rule_text, rules_cmd, rules_markdown
+from kvlogdiag.cli.scan import scan
+from kvlogdiag.cli.watch import watch
 from kvlogdiag.errors import KvlogdiagError
 
 __all__ = ["ExitCode", "build_analyzer", "cli", "err", "fail_exit", "main", "report_rule_errors", "rule_options",
@@ -139,26 +143,10 @@ def cli() -> None:
     """
 
 
-for _cmd in (analyze, rules_cmd, explain, patterns):
+for _cmd in (analyze, watch, scan, report, estimate, rules_cmd, explain, patterns):
     cli.add_command(_cmd)
 
 
-def _register_optional() -> None:
-    """Commands that live in their own modules (added as they are built)."""
-    import importlib
-
-    for mod, attr in (("kvlogdiag.cli.watch", "watch"), ("kvlogdiag.cli.scan", "scan"), ("kvlogdiag.cli.report", "report"),
-                      ("kvlogdiag.cli.estimate", "estimate")):
-        try:
-            m = importlib.import_module(mod)
-        except ModuleNotFoundError as exc:
-            if exc.name != mod:
-                raise
-            continue
-        cli.add_command(getattr(m, attr))
-
-
-_register_optional()
 
 
 def main() -> None:
