@@ -20,7 +20,7 @@ from kvlogdiag.extract.failures import MAX_ECHOES, WINDOW, StartupTracker
 from kvlogdiag.input.reader import detect_hard_wrap, iter_lines, make_line, open_input, unwrap_lines
 
 DATA = Path(__file__).parent / "data"
-CASES = [p for d in ("failures", "failures_heldout", "failures_heldout2", "failures_heldout3", "failures_heldout4") for p in sorted((DATA / d).glob("*.json"))]
+CASES = [p for d in ("failures", "failures_heldout", "failures_heldout2", "failures_heldout3", "failures_heldout4", "failures_heldout5") for p in sorted((DATA / d).glob("*.json"))]
 
 
 def run(lines, keep=None) -> dict:
@@ -71,9 +71,14 @@ def read_like_analyze(path: Path) -> dict:
     return t.result()
 
 
-# a known miss: an 80-column paste whose cause line is wrapped inside a number, in a file the reader
-# does not recognise as hard-wrapped (its other lines are not cut at 80)
-KNOWN_MISSES = {"h06_free_memory_hard_wrapped"}
+# known misses (docs/failures.md): an 80-column paste whose cause line is wrapped inside a number, in a
+# file the reader does not recognise as hard-wrapped (its other lines are not cut at 80); and two below
+KNOWN_MISSES = {"h06_free_memory_hard_wrapped",
+                # round 5: the excerpt is cut right after the `raise ValueError("No available memory ...")`
+                # source line: the tracker does not read a cause from source lines
+                "v02_no_kv_memory_only_in_raise_source",
+                # round 5: the paste ends inside "Error executing metho": no echo, no traceback is recognised
+                "v08_v0_ray_profile_then_error_executing_cut"}
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.xfail(strict=True, reason="known miss"))
