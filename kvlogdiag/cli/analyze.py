@@ -13,7 +13,6 @@ from kvlogdiag.input.reader import DEFAULT_MAX_BYTES, InputError
 from kvlogdiag.render.analysis import render_json, render_markdown, render_text
 from kvlogdiag.rules.engine import RuleLoadError
 
-
 RUN_HELP = ("Which server start of each input: last (the current one), first, a run number (1 = first), or all "
             "[default: all runs for text/markdown, newest first; JSON: the current run, every run under all_runs].")
 

@@ -20,8 +20,8 @@ import click
 from kvlogdiag import __version__
 from kvlogdiag.cli.analyze import analyze
 from kvlogdiag.cli.common import build_analyzer, err, fail_exit, quiet_stdout, report_rule_errors, rule_options
-from kvlogdiag.cli.exit import ExitCode
 from kvlogdiag.cli.estimate import estimate
+from kvlogdiag.cli.exit import ExitCode
 from kvlogdiag.cli.report import report
 from kvlogdiag.cli.rules import explain, patterns, rule_text, rules_cmd, rules_markdown
 from kvlogdiag.cli.scan import scan

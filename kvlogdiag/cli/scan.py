@@ -62,7 +62,7 @@ def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, .
     options are bad. Files that cannot be read are rows with 'error' set, not exit 2.
     """
     t0 = time.monotonic()
-    fmt = None
+    fmt: str | None = None
     if output:
         ext = os.path.splitext(output)[1].lower()
         fmt = OUTPUT_FORMATS.get(ext)
@@ -79,7 +79,7 @@ def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, .
     opts = analyzer.options
 
     state: dict | None = None
-    fp = None
+    fp = ""  # the options' fingerprint, with --state
     if state_path:
         try:
             state = load_state(state_path)
@@ -129,7 +129,7 @@ def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, .
 
     def checkpoint() -> None:
         """Progress so far, merged into the previous state (nothing dropped yet): a killed scan resumes."""
-        if state_path is None:
+        if not state_path:
             return
         merged = dict(old_files) if same_fp else {}
         merged.update(new_state_files)
@@ -150,14 +150,14 @@ def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, .
 
     ordered = [row for e in sorted(entries, key=lambda e: e.source) for row in rows[e.abspath]]
     dropped = 0
-    if state is not None:
+    if state is not None and state_path:
         dropped = sum(1 for p in old_files if p not in by_path)
         if finder.missing:
             err("a path argument does not exist: the state file is left unchanged")
         else:
             save_state(state_path, fp, new_state_files)
 
-    if output:
+    if output and fmt:
         try:
             write_output(output, fmt, ordered)
         except OSError as exc:

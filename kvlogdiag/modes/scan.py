@@ -56,7 +56,8 @@ class Entry:
     def __init__(self, source: str, abspath: str, size: int | None = None, mtime_ns: int | None = None,
                  ident: tuple[int, int] | None = None, error: str | None = None):
         self.source, self.abspath, self.size, self.mtime_ns = source, abspath, size, mtime_ns
-        self.ident, self.error, self.head = ident, error, None
+        self.ident, self.error = ident, error
+        self.head: str | None = None  # head_hash, filled in when a --state is used
 
 
 def _stat_error(path: str, exc: OSError) -> str:
