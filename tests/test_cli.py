@@ -362,3 +362,18 @@ def test_checkout_runs_without_install(tmp_path):
                        env=dict(os.environ, PYTHONPATH="."), capture_output=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert "KVD001" in {r["code"] for r in json.loads(p.stdout)}
+
+
+def test_closed_stdout_exits_141_quietly(tmp_path):
+    # the reader of stdout is gone before anything is written (| head that already exited)
+    logs = [str(p) for p in sorted((ROOT / "sample_logs").glob("*.log"))] * 3
+    r_fd, w_fd = os.pipe()
+    os.close(r_fd)
+    try:
+        p = subprocess.run([sys.executable, "-m", "kvlogdiag", "analyze", "--format", "json", "--fail-on", "never", *logs],
+                           stdout=w_fd, stderr=subprocess.PIPE, cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                           timeout=300)
+    finally:
+        os.close(w_fd)
+    assert p.returncode == 141, p.stderr
+    assert p.stderr == b""
