@@ -79,9 +79,14 @@ def test_every_project_exception_has_one_base():
     from kvlogdiag.input.reader import InputError
     from kvlogdiag.modes.scan import StateError
     from kvlogdiag.rules.condition import ConditionError, EvaluationError
+    from kvlogdiag.derive.architecture import UnknownArchitecture
+    from kvlogdiag.modes.estimate import EstimateError
+    from kvlogdiag.modes.report import ReportError
+    from kvlogdiag.rules.context import ProviderError
     from kvlogdiag.rules.engine import RuleLoadError, UnknownRuleError
 
-    for exc in (ConfigError, InputError, StateError, RuleLoadError, UnknownRuleError, ConditionError, EvaluationError):
+    for exc in (ConfigError, InputError, StateError, RuleLoadError, UnknownRuleError, ConditionError, EvaluationError,
+                UnknownArchitecture, EstimateError, ReportError, ProviderError):
         assert issubclass(exc, KvlogdiagError), exc
 
 

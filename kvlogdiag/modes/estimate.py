@@ -31,7 +31,7 @@ from kvlogdiag.derive.architecture import (
     parse_vllm_version,
 )
 from kvlogdiag.errors import KvlogdiagError
-from kvlogdiag.input.reader import DEFAULT_MAX_BYTES, InputError
+from kvlogdiag.input.reader import DEFAULT_MAX_BYTES
 from kvlogdiag.pipeline import Analyzer
 from kvlogdiag.result import Analysis
 from kvlogdiag.rules.engine import RuleSet

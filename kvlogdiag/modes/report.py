@@ -32,7 +32,8 @@ from typing import Any, BinaryIO, Callable, Sequence
 
 from kvlogdiag import __version__
 from kvlogdiag.derive import figures as _derive
-from kvlogdiag.input.reader import DEFAULT_MAX_BYTES, InputError, open_input
+from kvlogdiag.errors import KvlogdiagError
+from kvlogdiag.input.reader import InputError, open_input
 from kvlogdiag.pipeline import Analyzer
 from kvlogdiag.render.analysis import (
     clean_json,
@@ -48,9 +49,8 @@ from kvlogdiag.render.analysis import (
 )
 from kvlogdiag.render.redact import Redactor
 from kvlogdiag.result import Analysis, InputAnalysis, RankValue
-from kvlogdiag.rules.engine import RuleLoadError
 
-__all__ = ["report", "build_document", "build_section", "redact_document", "read_input", "make_report", "ReportError",
+__all__ = ["build_document", "build_section", "redact_document", "read_input", "make_report", "ReportError",
            "render_report_markdown", "render_report_html", "CAPACITY_LENGTHS"]
 
 #: request lengths of the capacity table (label, tokens); max-model-len is added when known
@@ -770,7 +770,7 @@ def _html_chart(pics: dict | None, name: str, alt: str) -> str:
 # --- the engine: input → report text ---------------------------------------------------------------
 
 
-class ReportError(Exception):
+class ReportError(KvlogdiagError):
     """A report that cannot be made (empty paste, no such run): one line, exit 2."""
 
 

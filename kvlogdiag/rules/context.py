@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 from kvlogdiag.derive.architecture import lookup_model
 from kvlogdiag.derive.figures import as_int, dig_additional, parse_version
+from kvlogdiag.errors import KvlogdiagError
 from kvlogdiag.extract.facts import Fact, LogFacts
 
 GIB = 1 << 30
@@ -553,7 +554,7 @@ def version_cmp(version: str | None, other: str) -> int | None:
 # --- providers: per-rule figures, in a Python file next to the rule's TOML ------------------------
 
 
-class ProviderError(Exception):
+class ProviderError(KvlogdiagError):
     """A provider file that does not follow the provider contract."""
 
 
