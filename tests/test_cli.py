@@ -75,13 +75,13 @@ def test_exit_module_is_a_leaf_and_the_only_definition():
 
 def test_every_project_exception_has_one_base():
     from kvlogdiag.config import ConfigError
+    from kvlogdiag.derive.architecture import UnknownArchitecture
     from kvlogdiag.errors import KvlogdiagError
     from kvlogdiag.input.reader import InputError
-    from kvlogdiag.modes.scan import StateError
-    from kvlogdiag.rules.condition import ConditionError, EvaluationError
-    from kvlogdiag.derive.architecture import UnknownArchitecture
     from kvlogdiag.modes.estimate import EstimateError
     from kvlogdiag.modes.report import ReportError
+    from kvlogdiag.modes.scan import StateError
+    from kvlogdiag.rules.condition import ConditionError, EvaluationError
     from kvlogdiag.rules.context import ProviderError
     from kvlogdiag.rules.engine import RuleLoadError, UnknownRuleError
 
