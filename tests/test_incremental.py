@@ -5,10 +5,10 @@ from __future__ import annotations
 import io
 
 import pytest
+from conftest import SAMPLE_LOGS_DIR
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import SAMPLE_LOGS_DIR
 from kvlogdiag.input import incremental, reader
 from kvlogdiag.input.incremental import LineSplitter, StreamLines
 from kvlogdiag.pipeline import prefilter

@@ -27,7 +27,15 @@ import io
 import re
 
 from kvlogdiag.input.reader import (
-    _LINE_START, CHUNK_BYTES, MAX_LINE_BYTES, WRAP_SLACK, ChunkScanner, Line, LineStats, detect_hard_wrap, make_line,
+    _LINE_START,
+    CHUNK_BYTES,
+    MAX_LINE_BYTES,
+    WRAP_SLACK,
+    ChunkScanner,
+    Line,
+    LineStats,
+    detect_hard_wrap,
+    make_line,
 )
 
 __all__ = ["LineSplitter", "StreamLines", "Unwrapper"]
