@@ -95,7 +95,8 @@ def test_one_row_per_input_with_errors_where_expected(tree):
     assert tp4["vllm_version"] == "0.10.2" and tp4["tp"] == 4 and tp4["tokens_min"] == 485088
     assert tp4["bytes_per_token"] == pytest.approx(81918.6, rel=1e-3)
     assert tp4["max_concurrency_min"] == pytest.approx(7.40)
-    assert tp4["n_warning"] >= 1 and "KVD004" in tp4["findings"].split(",")
+    # gpu_memory_utilization 0.92 on 0.10.2 is within the official recipes' range: no KVD004 (issue 12); KVD005 is its info
+    assert tp4["n_warning"] == 0 and "KVD004" not in tp4["findings"].split(",") and "KVD005" in tp4["findings"].split(",")
     gz = by["logs/b/insufficient_kv.log.gz"]
     assert gz["error_kinds"] and "insufficient_kv" in gz["error_kinds"].split(",")
     assert gz["n_error"] >= 1
