@@ -25,17 +25,9 @@ from kvlogdiag.cli.main import cli
 HEALTHY_DIR = DATA_DIR / "healthy"
 LOGS = sorted(HEALTHY_DIR.glob("*.log"))
 
-# KVD002 cannot tell a --p99-len the user gave from the 32,768 default (Options.p99_len): it needs a
-# boolean name such as `p99_len_given` (true when --p99-len or p99-len in kvlogdiag.toml was set) to
-# report 'max_model_len >> an assumed P99' as info. These are official 1M / 128K-context recipes.
-_KVD002 = "KVD002 warns against the assumed P99 of 32,768; needs namespace name p99_len_given (engine/context change)"
-PENDING: dict[str, dict[str, str]] = {
-    "ascend023_dsv4flash_a2_mixed": {"KVD002": _KVD002},
-    "ascend023_dsv4flash_a3_mixed": {"KVD002": _KVD002},
-    "ascend023_dsv4flash_a3_pd_decode": {"KVD002": _KVD002},
-    "ascend023_dsv4flash_a3_pd_prefill": {"KVD002": _KVD002},
-    "ascend023_qwen3_235b_tp8": {"KVD002": _KVD002},
-}
+# Rules that still fire on a healthy log, with why (their zero-warning test is a strict xfail).
+# Empty since KVD002 tells an assumed P99 from a given one (namespace name p99_len_given).
+PENDING: dict[str, dict[str, str]] = {}
 
 _CACHE: dict[Path, dict] = {}
 

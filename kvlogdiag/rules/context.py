@@ -26,12 +26,17 @@ from importlib import resources
 from types import ModuleType
 from typing import Any, Callable, Iterator, Mapping
 
-from kvlogdiag.derive.architecture import lookup_model
+from kvlogdiag.derive.architecture import KIND_DSV4, KIND_MLA_SPARSE, expected_kv, lookup_model
 from kvlogdiag.derive.figures import as_int, dig_additional, parse_version
 from kvlogdiag.errors import KvlogdiagError
 from kvlogdiag.extract.facts import Fact, LogFacts
 
 GIB = 1 << 30
+#: the P99 request length the rules assume when neither --p99-len nor the config's p99-len is given
+DEFAULT_P99_LEN = 32768
+#: measured vs architecture bytes per token: a hybrid model's >= 0.21 log figure includes the window
+#: reservation amortised over max_model_len, so agreement within this share confirms the catalogue
+_HYBRID_CONFIRM = 0.25
 
 SECTIONS: dict[str, dict[str, str]] = {
     "identity": {
@@ -44,12 +49,16 @@ SECTIONS: dict[str, dict[str, str]] = {
         "is_ssm_hybrid": "model name looks like a Mamba/SSM hybrid (Jamba, Bamba, Nemotron-H, Granite-4, Qwen3-Next, Falcon-H1)",
         "is_sliding_window_model": "model name looks like a model with sliding-window layers (Gemma 2/3/4, gpt-oss, Mistral v0.1, Cohere2, Llama-4)",
         "arch_is_hybrid": "the model (built-in catalogue) mixes full attention with sliding-window/compressed/SSM layers; null when not in the catalogue",
+        "arch_family": "the model's family in the built-in catalogue ('llama', 'deepseek-mla', 'deepseek-v4', ...); null when not in the catalogue",
+        "kv_latent_replicated": "MLA / DeepSeek-V4 model (catalogue family, else the name): its KV latent is not split by TP, every TP rank holds all of it (docs/vllm-behaviour.md section 6)",
+        "kv_dtype_follows_model": "vLLM-Ascend with a model that has index_topk (DeepSeek-V3.2/V4): the platform sets the KV cache dtype to the model dtype, so --kv-cache-dtype fp8 does not apply (docs/vllm-behaviour.md section 6)",
         "launch_args_logged": "the launch arguments are in the log (non-default args, Namespace or the pasted command): options absent there were not set",
     },
     "config": {
         "tensor_parallel_size": "TP size", "pipeline_parallel_size": "PP size", "data_parallel_size": "DP size",
         "tp": "TP size, 1 when not logged", "pp": "PP size, 1 when not logged", "dp": "DP size, 1 when not logged",
         "world_size": "tp × pp × dp",
+        "kv_levers": "text: the levers that add KV per rank for THIS model on THIS platform (fp8 KV unless already fp8 or forced to the model dtype; higher TP unless the latent is replicated, then PP)",
         "max_model_len": "configured max model length",
         "block_size": "KV block size",
         "gpu_memory_utilization": "--gpu-memory-utilization",
@@ -142,13 +151,17 @@ SECTIONS: dict[str, dict[str, str]] = {
     },
     "options": {
         "p99_len": "--p99-len (workload P99 request length, default 32768)",
+        "p99_len_given": "true when the workload length was given (--p99-len or p99-len in kvlogdiag.toml); false when p99_len is the assumed 32768",
         "avg_prompt_len": "--avg-prompt-len or null",
-        "kv_gib_at_p99": "KV one request of p99_len tokens needs on one rank (GiB), from bytes_per_token",
+        "kv_gib_at_p99": "KV one request of p99_len tokens needs on one rank (GiB): for a hybrid model of the catalogue whose figure the log confirms, the architecture's cost (full layers per token + min(window - 1 + chunk, length) tokens in each sliding-window layer, as `estimate`); else p99_len x bytes_per_token (or the error-implied figure); null for a hybrid model whose per-token cost the log does not confirm",
+        "kv_p99_from_architecture": "kv_gib_at_p99 is the architecture's hybrid cost (per-token + sliding-window reservation), not p99_len x a measured figure",
     },
 }
 NAMES: dict[str, str] = {name: doc for section in SECTIONS.values() for name, doc in section.items()}
 
 _DSV4 = re.compile(r"deepseek[-_ ]?v4", re.I)
+_INDEX_TOPK = re.compile(r"deepseek[-_ ]?v3[._]?2|deepseek[-_ ]?v4", re.I)
+_MLA = re.compile(r"deepseek[-_ ]?(?:v2|v3|r1|v4)|kimi[-_ ]?k2", re.I)
 _SSM = re.compile(r"jamba|bamba|nemotron[-_]?h|granite[-_]?4|qwen3[-_]?next|falcon[-_]?h1|mamba|zamba|minimax", re.I)
 _SWA = re.compile(r"gemma[-_]?[234]|gpt[-_]?oss|mistral[-_]?7b[-_]?(?:instruct[-_]?)?v0\.1|cohere2|command[-_]?a|llama[-_]?4|phi[-_]?3[-_.]?(?:mini|small)", re.I)
 
@@ -163,7 +176,7 @@ class Options:
     min_severity: str = "info"
     rule_dirs: list[str] = field(default_factory=list)
     role: str | None = None
-    p99_len: int = 32768
+    p99_len: int | None = None  # None: not given; the rules assume DEFAULT_P99_LEN and say so
     avg_prompt_len: int | None = None
     params: dict[str, dict[str, Any]] = field(default_factory=dict)
     strict_rules: bool = False
@@ -255,8 +268,35 @@ def _identity(b: _Builder) -> None:
     put("is_sliding_window_model", bool(model and _SWA.search(model)))
     arch = lookup_model(model) if model else None
     put("arch_is_hybrid", bool(arch.is_hybrid) if arch is not None else None)
+    put("arch_family", arch.family if arch is not None else None)
+    kinds = set(arch.kind_counts) if arch is not None else set()
+    if arch is not None:
+        latent = arch.family in ("deepseek-mla", "deepseek-v4")
+        topk = bool(kinds & {KIND_MLA_SPARSE, KIND_DSV4})
+    else:
+        latent = bool(model and _MLA.search(model))
+        topk = bool(model and _INDEX_TOPK.search(model))
+    put("kv_latent_replicated", latent)
+    put("kv_dtype_follows_model", bool(b.v["is_ascend"] and topk))
     put("launch_args_logged", any(f.source in ("non_default_args", "args_namespace", "user_command")
                                   for lst in facts.config.values() for f in lst))
+
+
+def _kv_levers(b: _Builder) -> str:
+    """The KV-per-rank levers that apply to this model on this platform, as one phrase."""
+    levers = []
+    dtype = str(b.get("kv_cache_dtype") or "").lower()
+    if not b.get("kv_dtype_follows_model") and "fp8" not in dtype and "int8" not in dtype:
+        levers.append("--kv-cache-dtype fp8 (halves bytes per token)")
+    if b.get("kv_latent_replicated"):
+        levers.append("more PP stages (each holds only its layers; TP does not split an MLA/DeepSeek latent, every TP rank holds all of it)")
+    else:
+        levers.append("higher TP (splits the KV heads, up to their number)")
+    levers.append("a smaller/quantized model or bigger devices")
+    text = ", ".join(levers)
+    if b.get("kv_dtype_follows_model"):
+        text += " (--kv-cache-dtype fp8 does not apply: vLLM-Ascend stores this model's KV in the model dtype)"
+    return text
 
 
 def _config(b: _Builder) -> None:
@@ -276,6 +316,7 @@ def _config(b: _Builder) -> None:
     put("pp", pp)
     put("dp", dp)
     put("world_size", tp * pp * dp)
+    put("kv_levers", _kv_levers(b))
     eq = analysis["memory"].get("equivalent_utilization") or []
     put("equivalent_utilization", eq[-1] if eq else None, _last(facts.memory.get("equivalent_utilization")))
     lpt = [f for f in facts.config.get("long_prefill_token_threshold", []) if f.source == "partial_prefill_line"]
@@ -512,10 +553,55 @@ def _runtime(b: _Builder) -> None:
 
 def _options(b: _Builder) -> None:
     opts = b.opts
-    b.put("p99_len", opts.p99_len)
+    given = opts.p99_len is not None
+    p99 = opts.p99_len if given else DEFAULT_P99_LEN
+    b.put("p99_len", p99)
+    b.put("p99_len_given", given)
     b.put("avg_prompt_len", opts.avg_prompt_len)
     bpt = b.get("bytes_per_token")
-    b.put("kv_gib_at_p99", (opts.p99_len * bpt / GIB) if bpt else None)
+    needed, err_len = b.get("needed_gib"), b.get("error_max_seq_len")
+    bpt_err = needed * GIB / err_len if needed and err_len else None
+    arch_gib = _hybrid_request_gib(b, p99, bpt or bpt_err)
+    b.put("kv_p99_from_architecture", arch_gib is not None)
+    if arch_gib is not None:
+        b.put("kv_gib_at_p99", arch_gib)
+    elif b.get("arch_is_hybrid") is True and (bpt or bpt_err):
+        # the measured figure of a hybrid model is not a per-token cost (its window part does not
+        # scale with length): without the catalogue's confirmation no P99 figure is given
+        b.put("kv_gib_at_p99", None)
+    else:
+        use = bpt or bpt_err
+        b.put("kv_gib_at_p99", (p99 * use / GIB) if use else None)
+
+
+def _hybrid_request_gib(b: _Builder, tokens: int, measured_bpt: float | None) -> float | None:
+    """GiB one request of ``tokens`` needs on a rank, from the catalogue, for a hybrid model.
+
+    `ExpectedKV.request_bytes` (what `estimate` uses): full-length layers per token, each
+    sliding-window layer min(window - 1 + in-flight tokens, length) tokens (vLLM
+    SlidingWindowSpec.max_memory_usage_bytes), plus SSM state. Only when the log's measured figure
+    agrees with the catalogue's prediction for this configuration (else None: the catalogue
+    does not describe this run).
+    """
+    model = b.get("model")
+    arch = lookup_model(model) if model else None
+    if arch is None or not arch.is_hybrid or not measured_bpt:
+        return None
+    off = b.get("hma_disabled") is True or b.get("hma_off_cause") in ("flag", "connector", "chunked_local_attention", "model")
+    try:
+        e = expected_kv(arch, tp=int(b.get("tp") or 1), pp=int(b.get("pp") or 1),
+                        kv_cache_dtype=str(b.get("kv_cache_dtype") or "auto"),
+                        hma_enabled=False if off else None,
+                        max_model_len=b.get("max_model_len") or b.get("error_max_seq_len"),
+                        max_num_batched_tokens=b.get("max_num_batched_tokens"),
+                        block_size=b.get("block_size"), vllm_version=b.get("vllm_version"),
+                        platform=b.get("platform") or "cuda")
+    except ValueError:  # a logged setting the catalogue cannot price: no architecture figure
+        return None
+    ref = e.log_figure if e.log_figure else e.bytes_per_token
+    if not ref or abs(measured_bpt / ref - 1) > _HYBRID_CONFIRM:
+        return None
+    return e.request_bytes(tokens) / GIB
 
 
 _FILLERS: dict[str, Callable[[_Builder], None]] = {
