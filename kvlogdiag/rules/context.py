@@ -78,7 +78,9 @@ SECTIONS: dict[str, dict[str, str]] = {
         "hma_off_cause": "why HMA is off: 'flag', 'connector', 'chunked_local_attention', 'unsupported', 'model' or null",
         "kv_connector": "top-level KV connector name",
         "kv_connectors": "all KV connector names (MultiConnector children included)",
-        "kv_role": "kv_producer | kv_consumer | kv_both",
+        "kv_role": "kv_producer | kv_consumer | kv_both (top level: the one vLLM and vLLM-Ascend's scheduler read)",
+        "kv_connector_roles": "each connector with its own kv_role, 'Name=role' (MultiConnector children carry their own; 'Name=' when a child sets none)",
+        "rco_kv_role": "kv_role of the RecomputeCPUOffloadConnector entry itself (the MultiConnector child's own, null when the child sets none; the top level's when it is the top-level connector); null without that connector",
         "node_role": "prefill | decode | mixed (from --role, else from kv_role)",
         "recompute_scheduler_enable": "vLLM-Ascend additional_config recompute_scheduler_enable (top level or scheduler_config)",
         "retention_interval": "prefix-cache retention interval (env VLLM_PREFIX_CACHE_RETENTION_INTERVAL or --prefix-cache-retention-interval)",
@@ -347,6 +349,23 @@ def _config(b: _Builder) -> None:
     put("kv_connector", summ.get("connector"), chosen.get("kv_transfer_config"))
     put("kv_connectors", summ.get("all_connectors") or [], chosen.get("kv_transfer_config"))
     put("kv_role", summ.get("kv_role"), chosen.get("kv_transfer_config"))
+    ktc_raw = cfg.get("kv_transfer_config")
+    roles: list[str] = []
+    rco_role = None
+    if isinstance(ktc_raw, dict):
+        top = ktc_raw.get("kv_connector")
+        if top:
+            roles.append(f"{top}={ktc_raw.get('kv_role') or ''}")
+        if top == "RecomputeCPUOffloadConnector":
+            rco_role = ktc_raw.get("kv_role")
+        ex = ktc_raw.get("kv_connector_extra_config")
+        for c in (ex.get("connectors") or []) if isinstance(ex, dict) else []:
+            if isinstance(c, dict) and c.get("kv_connector"):
+                roles.append(f"{c['kv_connector']}={c.get('kv_role') or ''}")
+                if c["kv_connector"] == "RecomputeCPUOffloadConnector" and rco_role is None:
+                    rco_role = c.get("kv_role")
+    put("kv_connector_roles", roles, chosen.get("kv_transfer_config"))
+    put("rco_kv_role", rco_role, chosen.get("kv_transfer_config"))
     role = opts.role
     if role is None:
         role = {"kv_producer": "prefill", "kv_consumer": "decode", "kv_both": "mixed"}.get(summ.get("kv_role") or "")
