@@ -594,6 +594,10 @@ def test_follow_from_end_skips_existing_content(tmp_path, watches):
     w.finish()
     summary = w.events()[-1]
     assert summary["event"] == "summary" and summary["lines_read"] == 1
+    # the skipped start-up is said as such (info), not called an incomplete log (issue 12)
+    kvd017 = [e for e in w.events() if e["event"] == "finding" and e.get("rule") == "KVD017"]
+    assert kvd017 and all(e["severity"] == "info" for e in kvd017), kvd017
+    assert "--from-end" in kvd017[-1]["message"] and f"{len(old):,} bytes skipped" in kvd017[-1]["message"]
 
 
 def test_follow_refuses_several_files(tmp_path):

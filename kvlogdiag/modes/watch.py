@@ -245,6 +245,7 @@ class FollowFile:
         self.waiting_noted = False
         self.head = b""  # the file's first bytes as read: a rewrite from the start changes them
         self.rewritten = False
+        self.skipped_bytes = 0  # bytes before the first read position: the start --from-end skipped
         self._open(from_end)
 
     def _open(self, at_end: bool) -> bool:
@@ -271,6 +272,7 @@ class FollowFile:
         self.fd, self.ident, self.waiting_noted = fd, (st.st_dev, st.st_ino), False
         self.head = os.pread(fd, min(HEAD_BYTES, where), 0) if where else b""
         if first:
+            self.skipped_bytes = where
             self.note(f"{self.path}: following from {'the end (byte ' + format(where, ',') + ')' if at_end else 'the start'}")
         return True
 
@@ -952,6 +954,8 @@ def watch_main(analyzer: Analyzer, *, follow: str | None = None, from_end: bool 
             except OSError as exc:
                 w.note(f"{follow}: cannot follow ({exc.strerror or exc})", kind="error")
                 return int(ExitCode.ERROR)
+            # the rules must know the start was skipped on purpose (KVD017 says so instead of 'incomplete')
+            analyzer.options.skipped_start_bytes = src.skipped_bytes or None
             try:
                 return run_follow(w, src, sig)
             except OSError as exc:

@@ -155,6 +155,8 @@ SECTIONS: dict[str, dict[str, str]] = {
         "p99_len": "--p99-len (workload P99 request length, default 32768)",
         "p99_len_given": "true when the workload length was given (--p99-len or p99-len in kvlogdiag.toml); false when p99_len is the assumed 32768",
         "avg_prompt_len": "--avg-prompt-len or null",
+        "start_skipped": "the reader skipped the start of the log on purpose (watch -f --from-end): start-up lines before that point were never read",
+        "skipped_start_bytes": "bytes skipped at the start (watch -f --from-end), null when nothing was skipped",
         "kv_gib_at_p99": "KV one request of p99_len tokens needs on one rank (GiB): for a hybrid model of the catalogue whose figure the log confirms, the architecture's cost (full layers per token + min(window - 1 + chunk, length) tokens in each sliding-window layer, as `estimate`); else p99_len x bytes_per_token (or the error-implied figure); null for a hybrid model whose per-token cost the log does not confirm",
         "kv_p99_from_architecture": "kv_gib_at_p99 is the architecture's hybrid cost (per-token + sliding-window reservation), not p99_len x a measured figure",
     },
@@ -182,6 +184,8 @@ class Options:
     avg_prompt_len: int | None = None
     params: dict[str, dict[str, Any]] = field(default_factory=dict)
     strict_rules: bool = False
+    #: set by ``watch -f --from-end``: bytes of the file before the first line read (None: nothing skipped)
+    skipped_start_bytes: int | None = None
 
 
 @dataclass
@@ -577,6 +581,8 @@ def _options(b: _Builder) -> None:
     b.put("p99_len", p99)
     b.put("p99_len_given", given)
     b.put("avg_prompt_len", opts.avg_prompt_len)
+    b.put("start_skipped", bool(opts.skipped_start_bytes))
+    b.put("skipped_start_bytes", opts.skipped_start_bytes or None)
     bpt = b.get("bytes_per_token")
     needed, err_len = b.get("needed_gib"), b.get("error_max_seq_len")
     bpt_err = needed * GIB / err_len if needed and err_len else None
