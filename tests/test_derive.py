@@ -520,12 +520,14 @@ def test_hma_warning_true(analyze_text):
     assert a["config"]["disable_hybrid_kv_cache_manager"] is True
 
 
-def test_hma_warning_beats_flag_false(analyze_text):
+def test_hma_explicitly_enabled_refusal_is_not_hma_off(analyze_text):
+    # a ValueError at configuration time (vllm 0.32.0 vllm/config/vllm.py:2198-2204): the server never
+    # ran with HMA off, so the flag as given (False) stands (issue 12; docs/vllm-behaviour.md section 5)
     a = analyze_text(
         "(APIServer pid=1) INFO 11-29 08:40:00 [utils.py:328] non-default args: {'disable_hybrid_kv_cache_manager': False}\n"
-        "(APIServer pid=1) WARNING 11-29 08:40:02 [vllm.py:2280] Hybrid KV cache manager was explicitly enabled but is not "
+        "ValueError: Hybrid KV cache manager was explicitly enabled but is not "
         "supported in this configuration. Consider omitting the --no-disable-hybrid-kv-cache-manager flag\n")
-    assert a["config"]["disable_hybrid_kv_cache_manager"] is True
+    assert a["config"]["disable_hybrid_kv_cache_manager"] is False
 
 
 def test_hma_group_sizes_false(analyze_text):

@@ -341,6 +341,10 @@ pat("hma_auto_off", "0.12-0.22 / >=0.23", "Turning off hybrid kv cache manager b
 pat("hma_chunked_local", ">=0.10 (Llama-4)", "chunked local attention with the hybrid KV cache manager",
     r"latency regression when using chunked local attention with the hybrid KV cache manager\. Disabling it",
     [("WARNING 06-01 10:00:00 [config.py:4800] There is a latency regression when using chunked local attention with the hybrid KV cache manager. Disabling it, by default. To enable it, set the environment VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1.", {})])
+# vllm 0.27.1 vllm/v1/core/kv_cache_utils.py:1534-1565 _try_get_full_allocation_fallback_groups (docs/vllm-behaviour.md section 5)
+pat("hma_swa_full_fallback", ">=0.27", "KV cache page sizes cannot be unified",
+    r"KV cache page sizes cannot be unified; treating sliding-window layers as full attention",
+    [("WARNING 03-02 10:00:00 [kv_cache_utils.py:1560] KV cache page sizes cannot be unified; treating sliding-window layers as full attention for cache allocation. Sliding-window attention compute is unchanged.", {})])
 pat("hma_explicit_unsupported", "0.13-0.33", "Hybrid KV cache manager was explicitly enabled but is not supported",
     r"Hybrid KV cache manager was explicitly enabled but is not supported",
     [("WARNING 11-29 08:40:02 [vllm.py:2280] Hybrid KV cache manager was explicitly enabled but is not supported in this configuration. Consider omitting the --no-disable-hybrid-kv-cache-manager flag", {})])

@@ -302,8 +302,10 @@ def derive(facts: LogFacts) -> dict[str, Any]:
     ac = ac if isinstance(ac, dict) else None
 
     hma_disabled = as_bool(cfg.get("disable_hybrid_kv_cache_manager"))
+    # 'explicitly enabled but is not supported' is not here: it is a start-up ValueError (vllm 0.32.0
+    # vllm/config/vllm.py:2198-2204), the server never ran with HMA off (docs/vllm-behaviour.md section 5)
     hma_events = [n for n in ("hma_disabled_hybrid_model", "hma_auto_off", "hma_chunked_local",
-                              "hma_explicit_unsupported", "hma_unify_failed") if facts.event_count(n)]
+                              "hma_unify_failed") if facts.event_count(n)]
     if hma_events:
         hma_disabled = True
     elif hma_disabled is None and any(len(f.value) > 1 for f in facts.events.get("kv_group_sizes", [])):

@@ -802,6 +802,9 @@ class Extractor:
     def _h_hma_explicit_unsupported(self, m, line, fact):
         self._event("hma_explicit_unsupported", fact)
 
+    def _h_hma_swa_full_fallback(self, m, line, fact):
+        self._event("hma_swa_full_fallback", fact)
+
     # -- retention / scheduler / recompute -----------------------------------------------------
 
     def _h_retention_not_multiple(self, m, line, fact):

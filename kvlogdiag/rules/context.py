@@ -75,7 +75,9 @@ SECTIONS: dict[str, dict[str, str]] = {
         "speculative_decoding": "a speculative_config (draft model, EAGLE, MTP, n-gram) is in the launch args or engine config",
         "hma_disabled": "hybrid KV cache manager off (flag or vLLM's warning)",
         "hma_disabled_flag": "true when --disable-hybrid-kv-cache-manager was given explicitly",
-        "hma_off_cause": "why HMA is off: 'flag', 'connector', 'chunked_local_attention', 'unsupported', 'model' or null",
+        "hma_off_cause": "why HMA is off: 'flag', 'connector', 'chunked_local_attention', 'model' or null ('explicitly enabled but is not supported' is a start-up ValueError, not HMA off: hma_enable_refused)",
+        "hma_enable_refused": "vLLM refused to start: 'Hybrid KV cache manager was explicitly enabled but is not supported in this configuration' (a ValueError in VllmConfig, docs/vllm-behaviour.md section 5)",
+        "swa_full_length": "vLLM >= 0.27 'KV cache page sizes cannot be unified; treating sliding-window layers as full attention': sliding-window layers keep full-length KV although HMA is on (docs/vllm-behaviour.md section 5)",
         "kv_connector": "top-level KV connector name",
         "kv_connectors": "all KV connector names (MultiConnector children included)",
         "kv_role": "kv_producer | kv_consumer | kv_both (top level: the one vLLM and vLLM-Ascend's scheduler read)",
@@ -338,7 +340,7 @@ def _config(b: _Builder) -> None:
     put("hma_disabled_flag", flag is True, flag_fact)
     cause = None
     for ev, name in (("hma_auto_off", "connector"), ("hma_chunked_local", "chunked_local_attention"),
-                     ("hma_explicit_unsupported", "unsupported"), ("hma_disabled_hybrid_model", "model"),
+                     ("hma_disabled_hybrid_model", "model"),
                      ("hma_unify_failed", "model")):
         if facts.events.get(ev):
             if cause is None or cause == "model":
@@ -347,6 +349,10 @@ def _config(b: _Builder) -> None:
     if flag is True:
         cause = "flag"
     put("hma_off_cause", cause)
+    ref = _first(facts.events.get("hma_explicit_unsupported"))
+    put("hma_enable_refused", ref is not None, ref)
+    swf = _first(facts.events.get("hma_swa_full_fallback"))
+    put("swa_full_length", swf is not None, swf)
 
     # KV transfer
     summ = analysis.get("kv_transfer") or {}
@@ -612,7 +618,8 @@ def _hybrid_request_gib(b: _Builder, tokens: int, measured_bpt: float | None) ->
     arch = lookup_model(model) if model else None
     if arch is None or not arch.is_hybrid or not measured_bpt:
         return None
-    off = b.get("hma_disabled") is True or b.get("hma_off_cause") in ("flag", "connector", "chunked_local_attention", "model")
+    off = (b.get("hma_disabled") is True or b.get("hma_off_cause") in ("flag", "connector", "chunked_local_attention", "model")
+           or b.get("swa_full_length") is True)
     try:
         e = expected_kv(arch, tp=int(b.get("tp") or 1), pp=int(b.get("pp") or 1),
                         kv_cache_dtype=str(b.get("kv_cache_dtype") or "auto"),
