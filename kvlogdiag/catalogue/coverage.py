@@ -415,7 +415,8 @@ def evaluate_entry(entry: dict, versions: list[str], rnd: random.Random, tries: 
     for rel in entry_versions(entry, versions):
         for s in prefix_styles(rel):
             styles[s] = None
-    worst, pats, example = "covered", set(), ""
+    worst, example = "covered", ""
+    pats: set[str] = set()
     for _ in range(tries):
         msg, printed = render(entry["t"], rnd)
         for style in styles:

@@ -321,7 +321,7 @@ class Extractor:
                 restart = True
         if restart and line is not None:
             self.new_run(marker, line.number)
-        if who is not None:
+        if who is not None and marker is not None:
             self._once_seen.setdefault(marker, who)
 
     def new_run(self, started_by: str | None, first_line: int) -> None:

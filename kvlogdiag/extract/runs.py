@@ -39,7 +39,7 @@ def _fold(prev: LogFacts, extra: LogFacts) -> LogFacts:
     for holder in (prev.line_hits, extra.line_hits):
         stopped = getattr(holder, "stopped", None)
         if stopped:  # a pattern stopped in either part leaves the folded run's count incomplete
-            hits.stopped = {**getattr(hits, "stopped", {}), **stopped}
+            hits.stopped = {**getattr(hits, "stopped", {}), **stopped}  # type: ignore[attr-defined]
     return dataclasses.replace(prev, config=config, env={**extra.env, **prev.env}, platform=prev.platform + extra.platform,
                                line_hits=hits, last_line_of_run=max(prev.last_line_of_run, extra.last_line_of_run))
 

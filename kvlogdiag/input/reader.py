@@ -33,7 +33,7 @@ import stat
 import struct
 import sys
 from dataclasses import dataclass
-from typing import BinaryIO, Iterator
+from typing import Any, BinaryIO, Iterator
 
 from kvlogdiag.errors import KvlogdiagError
 
@@ -82,7 +82,7 @@ _SYSLOG = re.compile(
     r"(?P<ts>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d) (?P<host>[\w.-]+) "
     r"(?P<ident>[\w./@-]+?)(?:\[(?P<pid>\d+)\])?: "
 )
-# vLLM process prefixes, all versions (see the facts document, 1.2).
+# vLLM process prefixes, all versions (see docs/vllm-log-format.md, 1.2).
 _PROC = re.compile(
     r"\((?P<name>APIServer(?:_\d+)?|EngineCore(?:_DP\d+|_\d+)?|Worker(?:_[A-Z]+\d+)*"
     r"|VllmWorker(?: rank=\d+| [A-Z0-9_]+)?|VllmWorkerProcess|RayWorkerWrapper|MainProcess"
@@ -122,7 +122,7 @@ def split_envelope(raw: str) -> tuple[str, str | None, dict | None]:
         j = raw.find(")", 1, 300)
         if j > 0:
             key = raw[: j + 1]
-            hit = _PREFIX_CACHE.get(key)
+            hit: tuple[str, str | None] | bool | None = _PREFIX_CACHE.get(key)
             if hit is None:
                 if len(_PREFIX_CACHE) >= 4096:
                     _PREFIX_CACHE.clear()
@@ -130,8 +130,9 @@ def split_envelope(raw: str) -> tuple[str, str | None, dict | None]:
                 hit = _PREFIX_CACHE[key] = (
                     (rank_label(m.group("name"), m.group("pid")), m.group("ip")) if m and m.end() == j + 1 else False
                 )
-            if hit:  # what the general path below finds for a prefix at position 0
+            if hit is not False:  # what the general path below finds for a prefix at position 0
                 end = j + 2 if raw[j + 1: j + 2] == " " and j + 1 < 300 else j + 1
+                assert isinstance(hit, tuple)
                 return raw[end:], hit[0], ({"ip": hit[1]} if hit[1] else None)
     text = raw
     meta: dict | None = None
@@ -267,7 +268,7 @@ def open_input(source: str, max_bytes: int = DEFAULT_MAX_BYTES) -> BinaryIO:
     name = "<stdin>" if source == "-" else source
     try:
         if source == "-":
-            fh: BinaryIO = io.BufferedReader(sys.stdin.buffer.raw if hasattr(sys.stdin.buffer, "raw") else sys.stdin.buffer, CHUNK_BYTES)  # type: ignore[arg-type]
+            fh: BinaryIO = io.BufferedReader(sys.stdin.buffer.raw if hasattr(sys.stdin.buffer, "raw") else sys.stdin.buffer, CHUNK_BYTES)  # type: ignore[arg-type,type-var]
         else:
             if os.path.isdir(source):
                 raise InputError(f"{name}: is a directory")
@@ -452,7 +453,10 @@ def _literal_alternatives(rx: "re.Pattern[bytes]") -> list[bytes] | None:
                         return None
                     alts += got
             elif op is SUB and not av[1] and not av[2]:  # (?:...) or (...) without flags
-                alts = expand(av[3])
+                inner = expand(av[3])
+                if inner is None:
+                    return None
+                alts = inner
             elif op is IN and all(o is LIT for o, _ in av):
                 alts = [bytes([v]) for _, v in av]
             else:
@@ -499,7 +503,7 @@ class _Finder:
         left = set(keywords)
         chosen: list[tuple[int, bool, list[bytes]]] = []  # (pivot, use memchr, keywords)
         while left:  # greedy weighted set cover: cheapest cost per newly covered keyword
-            best = None
+            best: tuple[float, int, bool, list[bytes]] | None = None
             for b in sorted(set().union(*left)):
                 cover = sorted(k for k in left if b in k)
                 f = freq.get(b, _RARE_FREQ)
@@ -508,6 +512,7 @@ class _Finder:
                 score = min(find_cost, re_cost) / len(cover)
                 if best is None or score < best[0]:
                     best = (score, b, find_cost <= re_cost, cover)
+            assert best is not None
             _, b, memchr, cover = best
             chosen.append((b, memchr, cover))
             left.difference_update(cover)
@@ -607,7 +612,7 @@ class _BigramFinder:
             keep = ~self.window[codes] | ((w == wc) & (got == self.want[codes]))
             pos, codes = pos[keep], codes[keep]
         order = np.argsort(pos, kind="stable")
-        match = self.match
+        match: dict[int, Any] = self.match
         found = []
         for p, c in zip(pos[order].tolist(), codes[order].tolist()):
             m = match.get(c)
@@ -647,15 +652,15 @@ def _bigram_finder_for(prefilter: "re.Pattern[bytes]", sample: bytes) -> _Bigram
             try:
                 import numpy
             except ImportError:  # numpy comes with pandas; without it the stdlib finder is used
-                numpy = None
-            if numpy is not None:
+                pass
+            else:
                 finder = _BigramFinder(numpy, kws, sample)
         _BIGRAM_FINDERS[key] = finder
     return _BIGRAM_FINDERS[key]
 
 
 def _regex_spans(chunk: bytes, prefilter: "re.Pattern[bytes]") -> list[tuple[int, int]]:
-    out = []
+    out: list[tuple[int, int]] = []
     search, find, rfind = prefilter.search, chunk.find, chunk.rfind
     pos = 0
     while True:

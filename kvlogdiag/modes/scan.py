@@ -680,6 +680,7 @@ def _run_pool(todo, analyzer, max_bytes, njobs, rule_errors, done, start_bar) ->
     # biggest files first, so one large log does not finish last on its own
     order = sorted(todo, key=lambda e: -(e.size or 0))
     batches = _chunks(order, size)
+    ctx: Any
     try:
         ctx = multiprocessing.get_context("fork")  # no threads exist yet: the progress bar starts after
     except ValueError:  # pragma: no cover - platforms without fork
