@@ -138,3 +138,9 @@ def test_harvest_covers_a_spread_of_releases():
     v = harvested()["versions"]
     assert len(v["vllm"]) >= 10 and "0.4.3" in v["vllm"] and "0.32.0" in v["vllm"]
     assert v["vllm-ascend"], "no vLLM-Ascend release harvested"
+
+
+def test_out_of_range_figures_are_no_numbers():
+    numbers, details = numbers_of({"needed_gib": "9" * 400 + ".25", "max_model_len": "1" * 40, "gpu": "1"})
+    assert numbers == {"gpu": 1}
+    assert set(details) == {"needed_gib", "max_model_len"}

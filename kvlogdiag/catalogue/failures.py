@@ -13,6 +13,7 @@ through the catalogue. The reader's prefilter lets every line through that holds
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
 from dataclasses import dataclass, field
@@ -71,10 +72,15 @@ class FailureMatch:
 
 
 def _num(text: str) -> int | float | None:
+    """The number a captured group states; None for text and for values no real log carries (a
+    400-digit figure overflows to inf as a float: it is not reported as a number)."""
     if not _NUMBER.fullmatch(text):
         return None
     t = text.replace(",", "")
-    return float(t) if "." in t else int(t)
+    if len(t) > 30:
+        return None
+    v: int | float = float(t) if "." in t else int(t)
+    return v if math.isfinite(v) else None
 
 
 def numbers_of(groups: dict[str, str | None]) -> tuple[dict[str, Any], dict[str, str]]:
