@@ -230,3 +230,50 @@ def test_a_failed_figure_in_applies_to_is_a_rule_error(monkeypatch, tmp_path):
     assert a["findings"] == []
     [err] = analyzer.rule_errors
     assert "USR002" in err.message and "engine" in err.message and "TypeError" in err.message
+
+
+# --- fix texts say what applies to this model on this platform (issue 12) -------------------------
+
+_KV_ERR = ("(EngineCore pid=8300) ERROR 11-22 08:31:40 [core.py:1098] ValueError: To serve at least one request with the "
+           "model's max seq len (229376), (10.88 GiB KV cache is needed, which is larger than the available KV cache memory "
+           "(8.50 GiB). Based on the available memory, the estimated maximum model length is 179200. Try increasing "
+           "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.\n")
+
+
+def _kvd002_fix(tmp_path, head: str) -> str:
+    path = tmp_path / "kv.log"
+    path.write_text(head + _KV_ERR, encoding="utf-8")
+    analyzer = Analyzer(Options(p99_len=32768), rules=load_rules().selected(["KVD002"]))
+    found = [f for f in analyzer.analyze_source(str(path)).to_json()["findings"] if f["rule"] == "KVD002"]
+    assert found and not analyzer.rule_errors
+    return found[0]["fix"]
+
+
+def test_kv_levers_deepseek_v4_on_ascend_drop_fp8_and_tp(tmp_path):
+    # vLLM-Ascend forces the cache dtype to the model dtype for index_topk models, and the MLA/V4
+    # latent is replicated on every TP rank (docs/vllm-behaviour.md section 6)
+    fix = _kvd002_fix(tmp_path, (
+        "INFO 11-22 08:30:00 [__init__.py:238] Platform plugin ascend is activated\n"
+        "(EngineCore pid=8300) INFO 11-22 08:30:20 [core.py:113] Initializing a V1 LLM engine (v0.23.0) with config: "
+        "model='/models/DeepSeek-V4-Flash', dtype=torch.bfloat16, max_seq_len=229376, tensor_parallel_size=4, "
+        "kv_cache_dtype=bfloat16, device_config=npu\n"))
+    assert "halves" not in fix and "splits the KV heads" not in fix
+    assert "fp8 does not apply" in fix and "TP does not split an MLA/DeepSeek latent" in fix
+
+
+def test_kv_levers_gqa_model_on_cuda_keep_fp8_and_tp(tmp_path):
+    fix = _kvd002_fix(tmp_path, (
+        "(EngineCore pid=8300) INFO 11-22 08:30:20 [core.py:113] Initializing a V1 LLM engine (v0.23.0) with config: "
+        "model='meta-llama/Llama-3.1-70B-Instruct', dtype=torch.bfloat16, max_seq_len=229376, tensor_parallel_size=4, "
+        "kv_cache_dtype=auto, device_config=cuda\n"))
+    assert "--kv-cache-dtype fp8 (halves bytes per token)" in fix and "higher TP (splits the KV heads" in fix
+    assert "does not apply" not in fix
+
+
+def test_kv_levers_deepseek_v4_on_cuda_neither_fp8_nor_tp(tmp_path):
+    # --kv-cache-dtype auto is already fp8_ds_mla for DeepSeek-V4 on CUDA (vllm 0.22.0 deepseek_v4/attention.py:678-688)
+    fix = _kvd002_fix(tmp_path, (
+        "(EngineCore pid=8300) INFO 11-22 08:30:20 [core.py:113] Initializing a V1 LLM engine (v0.23.0) with config: "
+        "model='deepseek-ai/DeepSeek-V4-Flash', dtype=torch.bfloat16, max_seq_len=229376, tensor_parallel_size=4, "
+        "kv_cache_dtype=auto, device_config=cuda\n"))
+    assert "halves" not in fix and "splits the KV heads" not in fix and "more PP stages" in fix

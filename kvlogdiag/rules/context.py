@@ -161,6 +161,7 @@ SECTIONS: dict[str, dict[str, str]] = {
         "skipped_start_bytes": "bytes skipped at the start (watch -f --from-end), null when nothing was skipped",
         "kv_gib_at_p99": "KV one request of p99_len tokens needs on one rank (GiB): for a hybrid model of the catalogue whose figure the log confirms, the architecture's cost (full layers per token + min(window - 1 + chunk, length) tokens in each sliding-window layer, as `estimate`); else p99_len x bytes_per_token (or the error-implied figure); null for a hybrid model whose per-token cost the log does not confirm",
         "kv_p99_from_architecture": "kv_gib_at_p99 is the architecture's hybrid cost (per-token + sliding-window reservation), not p99_len x a measured figure",
+        "kv_p99_hma_off": "that architecture figure is the HMA-off one (every layer full length): the log's figure matched it, not the HMA-on one",
     },
 }
 NAMES: dict[str, str] = {name: doc for section in SECTIONS.values() for name, doc in section.items()}
@@ -229,6 +230,7 @@ class _Builder:
         self.v: dict[str, Any] = {}
         self.prov: dict[str, Fact] = {}
         self.failed: dict[str, str] = {}
+        self.arch: Any = None  # the catalogue's ModelArch of the logged model (identity section)
 
     def put(self, name: str, value: Any, fact: Fact | None = None) -> None:
         self.v[name] = value
@@ -275,6 +277,7 @@ def _identity(b: _Builder) -> None:
     put("is_ssm_hybrid", bool(model and _SSM.search(model)))
     put("is_sliding_window_model", bool(model and _SWA.search(model)))
     arch = lookup_model(model) if model else None
+    b.arch = arch
     put("arch_is_hybrid", bool(arch.is_hybrid) if arch is not None else None)
     put("arch_family", arch.family if arch is not None else None)
     kinds = set(arch.kind_counts) if arch is not None else set()
@@ -294,16 +297,19 @@ def _kv_levers(b: _Builder) -> str:
     """The KV-per-rank levers that apply to this model on this platform, as one phrase."""
     levers = []
     dtype = str(b.get("kv_cache_dtype") or "").lower()
+    arch = b.arch
+    if arch is not None and arch.auto_kv_cache_dtype and dtype in ("", "auto") and not b.get("is_ascend"):
+        dtype = arch.auto_kv_cache_dtype  # vLLM forces it for --kv-cache-dtype auto on CUDA (DeepSeek-V4: fp8_ds_mla)
     if not b.get("kv_dtype_follows_model") and "fp8" not in dtype and "int8" not in dtype:
         levers.append("--kv-cache-dtype fp8 (halves bytes per token)")
     if b.get("kv_latent_replicated"):
-        levers.append("more PP stages (each holds only its layers; TP does not split an MLA/DeepSeek latent, every TP rank holds all of it)")
+        levers.append("more PP stages, each holding only its layers (TP does not split an MLA/DeepSeek latent: every TP rank holds all of it)")
     else:
         levers.append("higher TP (splits the KV heads, up to their number)")
     levers.append("a smaller/quantized model or bigger devices")
     text = ", ".join(levers)
     if b.get("kv_dtype_follows_model"):
-        text += " (--kv-cache-dtype fp8 does not apply: vLLM-Ascend stores this model's KV in the model dtype)"
+        text += "; --kv-cache-dtype fp8 does not apply: vLLM-Ascend stores this model's KV in the model dtype"
     return text
 
 
@@ -592,8 +598,9 @@ def _options(b: _Builder) -> None:
     bpt = b.get("bytes_per_token")
     needed, err_len = b.get("needed_gib"), b.get("error_max_seq_len")
     bpt_err = needed * GIB / err_len if needed and err_len else None
-    arch_gib = _hybrid_request_gib(b, p99, bpt or bpt_err)
+    arch_gib, arch_off = _hybrid_request_gib(b, p99, bpt or bpt_err)
     b.put("kv_p99_from_architecture", arch_gib is not None)
+    b.put("kv_p99_hma_off", arch_off)
     if arch_gib is not None:
         b.put("kv_gib_at_p99", arch_gib)
     elif b.get("arch_is_hybrid") is True and (bpt or bpt_err):
@@ -605,35 +612,37 @@ def _options(b: _Builder) -> None:
         b.put("kv_gib_at_p99", (p99 * use / GIB) if use else None)
 
 
-def _hybrid_request_gib(b: _Builder, tokens: int, measured_bpt: float | None) -> float | None:
+def _hybrid_request_gib(b: _Builder, tokens: int, measured_bpt: float | None) -> tuple[float | None, bool]:
     """GiB one request of ``tokens`` needs on a rank, from the catalogue, for a hybrid model.
 
     `ExpectedKV.request_bytes` (what `estimate` uses): full-length layers per token, each
     sliding-window layer min(window - 1 + in-flight tokens, length) tokens (vLLM
     SlidingWindowSpec.max_memory_usage_bytes), plus SSM state. Only when the log's measured figure
     agrees with the catalogue's prediction for this configuration (else None: the catalogue
-    does not describe this run).
+    does not describe this run). The flag is true when the figure that agreed is the HMA-off one.
     """
     model = b.get("model")
     arch = lookup_model(model) if model else None
     if arch is None or not arch.is_hybrid or not measured_bpt:
-        return None
+        return None, False
     off = (b.get("hma_disabled") is True or b.get("hma_off_cause") in ("flag", "connector", "chunked_local_attention", "model")
            or b.get("swa_full_length") is True)
-    try:
-        e = expected_kv(arch, tp=int(b.get("tp") or 1), pp=int(b.get("pp") or 1),
-                        kv_cache_dtype=str(b.get("kv_cache_dtype") or "auto"),
-                        hma_enabled=False if off else None,
-                        max_model_len=b.get("max_model_len") or b.get("error_max_seq_len"),
-                        max_num_batched_tokens=b.get("max_num_batched_tokens"),
-                        block_size=b.get("block_size"), vllm_version=b.get("vllm_version"),
-                        platform=b.get("platform") or "cuda")
-    except ValueError:  # a logged setting the catalogue cannot price: no architecture figure
-        return None
-    ref = e.log_figure if e.log_figure else e.bytes_per_token
-    if not ref or abs(measured_bpt / ref - 1) > _HYBRID_CONFIRM:
-        return None
-    return e.request_bytes(tokens) / GIB
+    # as resolved first; then HMA off, which a figure without any HMA line can still reveal (the
+    # insufficient-KV error of a start with HMA off, KVD001)
+    for hma in ((False,) if off else (None, False)):
+        try:
+            e = expected_kv(arch, tp=int(b.get("tp") or 1), pp=int(b.get("pp") or 1),
+                            kv_cache_dtype=str(b.get("kv_cache_dtype") or "auto"), hma_enabled=hma,
+                            max_model_len=b.get("max_model_len") or b.get("error_max_seq_len"),
+                            max_num_batched_tokens=b.get("max_num_batched_tokens"),
+                            block_size=b.get("block_size"), vllm_version=b.get("vllm_version"),
+                            platform=b.get("platform") or "cuda")
+        except ValueError:  # a logged setting the catalogue cannot price: no architecture figure
+            return None, False
+        ref = e.log_figure if e.log_figure else e.bytes_per_token
+        if ref and abs(measured_bpt / ref - 1) <= _HYBRID_CONFIRM:
+            return e.request_bytes(tokens) / GIB, not e.hma_enabled
+    return None, False
 
 
 _FILLERS: dict[str, Callable[[_Builder], None]] = {
