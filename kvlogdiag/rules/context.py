@@ -309,7 +309,7 @@ def _kv_levers(b: _Builder) -> str:
     levers.append("a smaller/quantized model or bigger devices")
     text = ", ".join(levers)
     if b.get("kv_dtype_follows_model"):
-        text += "; --kv-cache-dtype fp8 does not apply: vLLM-Ascend stores this model's KV in the model dtype"
+        text += " (not --kv-cache-dtype fp8: vLLM-Ascend stores this model's KV in the model dtype)"
     return text
 
 
