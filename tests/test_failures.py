@@ -260,3 +260,23 @@ def test_startup_json_matches_the_schema_on_every_failure_log():
     doc = json.loads(out.stdout)
     jsonschema.validate(doc, schema)
     assert len(doc["analyses"]) == len(paths) and all("startup" in a for a in doc["analyses"])
+
+
+def test_scan_rows_and_text_summary_show_the_startup_cause(tmp_path):
+    import json as _json
+
+    from click.testing import CliRunner
+
+    from kvlogdiag.cli.main import cli
+
+    log = Path(__file__).parent / "data" / "failures" / "block_size_16.log"
+    out = tmp_path / "rows.json"
+    r = CliRunner().invoke(cli, ["scan", str(log), "-o", str(out), "--no-progress", "--fail-on", "never"])
+    assert r.exit_code == 0, r.output
+    (row,) = _json.loads(out.read_text())
+    assert row["startup_failed"] is True and row["cause_class"] == "block_size"
+    r = CliRunner().invoke(cli, ["analyze", str(log), "--fail-on", "never"])
+    assert "start-up failed — block_size at line 68 (Worker pid=28720): ValueError: No common block size for 16" in r.output
+    ok = Path(__file__).parent / "data" / "failures" / "ok_gmu_005_started.log"
+    r = CliRunner().invoke(cli, ["scan", str(ok), "-o", str(out), "--no-progress", "--fail-on", "never"])
+    assert [(x["startup_failed"], x["cause_class"]) for x in _json.loads(out.read_text())] == [(False, None)]

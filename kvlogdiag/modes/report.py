@@ -249,11 +249,18 @@ def _error_items(a: Analysis) -> list[dict]:
     """Start-up errors in words (render.error_lines) with the log line each comes from."""
     base = {"insufficient_kv": None, "no_available_memory": False, "startup_failed": False}
     out = []
+    st = a.startup or {}
     for key, event in ERROR_EVIDENCE:
         val = a.errors.get(key)
+        if key == "startup_failed" and st.get("failed"):
+            # the root cause (issue 11): its own line, not the echo 'EngineCore failed to start'
+            texts = error_lines(dataclasses.replace(a, errors=base))
+            line = st.get("cause_line")
+            out.extend({"text": t, "line": line, "evidence": st.get("cause_text") if line else None} for t in texts)
+            continue
         if not val:
             continue
-        texts = error_lines(dataclasses.replace(a, errors={**base, key: val}))
+        texts = error_lines(dataclasses.replace(a, errors={**base, key: val}, startup=None))
         ev = a.evidence.get(event)
         for t in texts:
             out.append({"text": t, "line": ev.line if ev else None, "evidence": ev.text if ev else None})

@@ -29,17 +29,19 @@ DEFAULT_INCLUDE = ("*.log*", "*.out*", "*.txt*", "*.gz", "*.zst", "*.xz", "*.bz2
 HEAD_BYTES = 64 << 10
 STATE_FORMAT = "kvlogdiag-scan-state"
 STATE_VERSION = 1
-ROW_SCHEMA = 2  # bump when the row columns change: old state rows are then re-computed
+ROW_SCHEMA = 3  # bump when the row columns change: old state rows are then re-computed
 CHECKPOINT_S = 10.0  # --state: write progress this often during a long scan
 
 COLUMNS = (
     "source", "host", "pod", "runs", "run", "run_first_line", "run_last_line", "lines_read", "vllm_version", "engine", "platform", "model",
     "tp", "pp", "dp", "max_model_len", "block_size", "gpu_memory_utilization", "kv_cache_dtype",
     "available_gib_min", "tokens_min", "bytes_per_token", "max_concurrency_min", "error_kinds",
+    "startup_failed", "cause_class",
     "n_error", "n_warning", "n_info", "findings", "error",
 )
 INT_COLUMNS = ("runs", "run", "run_first_line", "run_last_line", "lines_read", "tp", "pp", "dp", "max_model_len", "block_size", "tokens_min",
                "n_error", "n_warning", "n_info")
+BOOL_COLUMNS = ("startup_failed",)
 FLOAT_COLUMNS = ("gpu_memory_utilization", "available_gib_min", "bytes_per_token", "max_concurrency_min")
 OUTPUT_FORMATS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".json": "json", ".jsonl": "jsonl",
                   ".ndjson": "jsonl", ".md": "markdown", ".markdown": "markdown"}
@@ -340,6 +342,8 @@ def row_from_analysis(source: str, a: Analysis) -> dict[str, Any]:
         "bytes_per_token": as_float(kv.bytes_per_token),
         "max_concurrency_min": as_float(min(conc)) if conc else None,
         "error_kinds": ",".join(kinds) or None,
+        "startup_failed": bool((a.startup or {}).get("failed")),
+        "cause_class": (a.startup or {}).get("cause_class"),
         "n_error": sum(1 for f in fs if f.severity == Severity.ERROR),
         "n_warning": sum(1 for f in fs if f.severity == Severity.WARNING),
         "n_info": sum(1 for f in fs if f.severity == Severity.INFO),
@@ -499,6 +503,8 @@ def to_frame(rows: list[dict]):
             data[c] = pd.array([None if v is None or isinstance(v, bool) else int(v) for v in vals], dtype="Int64")
         elif c in FLOAT_COLUMNS:
             data[c] = pd.array([float("nan") if v is None else float(v) for v in vals], dtype="float64")
+        elif c in BOOL_COLUMNS:
+            data[c] = pd.array([None if v is None else bool(v) for v in vals], dtype="boolean")
         else:
             data[c] = pd.array([None if v is None else str(v) for v in vals], dtype=object)
     return pd.DataFrame(data, columns=list(COLUMNS))

@@ -81,7 +81,14 @@ def error_lines(a: Analysis) -> list[str]:
                    f"available {fmt_gib(ik['available_gib'])}; vLLM's estimated max length {fmt_num(ik['estimated_max_len'])}")
     if a.errors.get("no_available_memory"):
         out.append("no available memory for the cache blocks")
-    if a.errors.get("startup_failed"):
+    st = a.startup or {}
+    if st.get("failed"):
+        if st.get("cause_line"):
+            where = f"line {st['cause_line']:,}" + (f" ({st['process']})" if st.get("process") else "")
+            out.append(f"start-up failed — {st.get('cause_class') or 'cause'} at {where}: {st.get('cause_text')}")
+        else:
+            out.append("start-up failed — root cause not in this excerpt: " + (st.get("not_in_excerpt_reason") or ""))
+    elif a.errors.get("startup_failed"):
         out.append("the engine core failed to start")
     return out
 
