@@ -679,3 +679,28 @@ def test_memory_stays_flat_over_many_stats_lines(monkeypatch):
     tracemalloc.stop()
     assert w.lines.stats.lines == TP4.read_bytes().count(b"\n") + 35 * 2000
     assert after - before < 500_000, after - before  # 60,000 stats lines later
+
+
+def test_startup_cause_is_reported_when_its_line_arrives(tmp_path, watches):
+    """Issue 11: the root-cause finding appears as soon as the cause line is read, with the input still open."""
+    data = (Path(__file__).parent / "data" / "failures" / "block_size_16.log").read_bytes()
+    lines = data.splitlines(keepends=True)
+    w = Watch(["--format", "json", "--no-echo"], tmp_path)
+    watches.append(w)
+    w.write(b"".join(lines[:69]))  # up to the cause (line 68) and one more; the echoes come later
+    found = w.wait_for(lambda: [e for e in w.events() if e.get("event") == "finding" and e.get("rule") == "KVD019"], 120,
+                       "the KVD019 finding")
+    assert found[0]["line"] == 68 and "block_size" in found[0]["message"]
+    w.proc.stdin.close()
+    w.proc.wait(timeout=120)
+
+
+def test_startup_cause_is_evaluated_inside_a_busy_stream():
+    """A server that keeps writing after the cause (no quiet moment): the finding is still reported at once."""
+    data = (Path(__file__).parent / "data" / "failures" / "block_size_16.log").read_bytes()
+    lines = data.splitlines(keepends=True)
+    w, events = engine()
+    w.take(b"".join(lines[:10]))
+    w.idle()  # the head of the input is judged (hard-wrapped paste or not) at the first quiet moment
+    w.take(b"".join(lines[10:69]))  # then one read up to the cause and past it: no quiet moment, as with a busy pipe
+    assert [e["line"] for e in events() if e.get("event") == "finding" and e.get("rule") == "KVD019"] == [68]

@@ -351,6 +351,9 @@ class Watcher:
         self.clock = clock
         self.session = analyzer.session(source)
         self.session.extractor.listeners.append(self._on_event)
+        # the root cause of a failed start is reported the moment its line arrives, not at EOF
+        self.session.extractor.startup.listeners.append(self._on_cause)
+        self.cause_seen = False
         self.lines = StreamLines(None if analyzer.needs_every_line else prefilter())
         self.echo_tail = b""  # bytes of a partial line not echoed yet
         self.last_input = clock()
@@ -445,7 +448,10 @@ class Watcher:
             if self.known_starts - 1 not in self.started_runs:
                 self.started_runs.add(self.known_starts - 1)
                 self.summary("startup_complete", self.evaluate())
-        if self.fed_since_eval >= EVAL_EVERY_LINES:
+        if self.cause_seen:
+            self.cause_seen = False
+            self.evaluate()
+        elif self.fed_since_eval >= EVAL_EVERY_LINES:
             self.evaluate()
 
     def _count_starts(self) -> int:
@@ -454,6 +460,9 @@ class Watcher:
         self._runs_seen = len(runs)
         self._last_folds = len(runs) > 1 and command_only(runs[-1])
         return 1 + sum(1 for f in runs[1:] if not command_only(f))
+
+    def _on_cause(self, verdict: dict[str, Any]) -> None:
+        self.cause_seen = True
 
     def _on_event(self, kind: str, fact: Any) -> None:
         if kind == "startup_complete":
