@@ -479,3 +479,20 @@ def test_docs_capacity_md_two_start_example_is_current_output():
     out = run("--log", str(MULTIRUN / "concat_single_then_tp4.log"), "--run", "1").stdout.splitlines()
     for line in shown:
         assert line in out, f"docs/capacity.md §8.3 is stale: {line!r}"
+
+
+def test_short_request_reserves_only_its_length_in_sliding_window_layers():
+    # gpt-oss-120b: 18 full layers (36,864 B/token at TP1) + 18 sliding-window layers (window 128,
+    # 36,864 B/token). One request of 64 tokens reserves (cdiv(min(127 + 8,192, 64), 16) + 1) x 16 = 80
+    # tokens in the window layers (vLLM SlidingWindowSpec.max_memory_usage_bytes), not the 8,336 of a
+    # max-model-len request (issue 12): 36,864 x 64 + 36,864 x 80 = 5,308,416 B
+    d = run_json("--model", "gpt-oss-120b", "--available-gib", "40", "--max-model-len", "131072",
+                 "--max-num-batched-tokens", "8192", "--p99-len", "64")
+    cap = d["capacity"]
+    assert cap["basis"] == "expected" and cap["fixed_bytes_per_request"] == 36864 * 8336
+    assert cap["request_kv"]["p99_bytes"] == 36864 * 64 + 36864 * 80
+    assert cap["requests_fit_at_workload_len"] == pytest.approx(40 * 2**30 / (36864 * 144))
+    # at a length beyond window + chunk the reservation is the max-model-len one again
+    d = run_json("--model", "gpt-oss-120b", "--available-gib", "40", "--max-model-len", "131072",
+                 "--max-num-batched-tokens", "8192", "--p99-len", "32768")
+    assert d["capacity"]["request_kv"]["p99_bytes"] == 36864 * 32768 + 36864 * 8336

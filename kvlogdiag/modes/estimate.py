@@ -584,9 +584,22 @@ def _basis(choice: str, measured: Figure | None, expected: ExpectedKV | None, co
                 "reason": reason}
     if use == "expected" and expected is not None:
         return {"basis": "expected", "bytes_per_token": expected.bytes_per_token,
-                "fixed_bytes_per_request": expected.fixed_bytes_per_request, "reason": reason}
+                "fixed_bytes_per_request": expected.fixed_bytes_per_request, "reason": reason,
+                "fixed_at": _fixed_at(expected)}
     return {"basis": None, "bytes_per_token": None, "fixed_bytes_per_request": None,
             "reason": reason if choice == "auto" else f"{reason}: that figure is not available"}
+
+
+def _fixed_at(expected: ExpectedKV) -> Callable[[int], float]:
+    """Per-request fixed bytes for a request of ``L`` tokens: each sliding-window layer reserves
+    min(window - 1 + in-flight tokens, L) tokens (vLLM SlidingWindowSpec.max_memory_usage_bytes),
+    so a request shorter than window + chunk reserves less than the max-model-len figure."""
+    block = expected.block_size
+
+    def fixed(tokens: int) -> float:
+        padded = -(-int(tokens) // block) * block
+        return max(0.0, expected.request_bytes(int(tokens)) - expected.bytes_per_token * padded)
+    return fixed
 
 
 def _capacity(p, basis, z, dp, tp, pp, devices, max_model_len, block_size, length, requests, total, util,
@@ -594,6 +607,7 @@ def _capacity(p, basis, z, dp, tp, pp, devices, max_model_len, block_size, lengt
     miss = _Missing()
     bpt = basis["bytes_per_token"]
     fixed = basis["fixed_bytes_per_request"] or 0.0
+    fixed_L = basis["fixed_at"](_val(length)) if basis.get("fixed_at") and _val(length) else fixed
     bpt_reason = basis["reason"] if bpt is None else ""
     Z = _val(z)
     L = _val(length)
@@ -633,7 +647,7 @@ def _capacity(p, basis, z, dp, tp, pp, devices, max_model_len, block_size, lengt
         miss.need("pool_tokens_total", z=z_in, b=b_in)
     if miss.need("requests_fit_at_workload_len", z=z_in, b=b_in, l=(L, R_L)):
         out["requests_fit_at_workload_len"] = miss.run(
-            "requests_fit_at_workload_len", lambda: cap.requests_fit_at_length(Z, bpt, L, fixed, bs))
+            "requests_fit_at_workload_len", lambda: cap.requests_fit_at_length(Z, bpt, L, fixed_L, bs))
     if miss.need("requests_fit_at_max_model_len", z=z_in, b=b_in, m=(mml, R_MML)):
         out["requests_fit_at_max_model_len"] = miss.run(
             "requests_fit_at_max_model_len", lambda: cap.requests_fit_at_max_model_len(Z, bpt, mml, fixed, bs))
@@ -642,11 +656,11 @@ def _capacity(p, basis, z, dp, tp, pp, devices, max_model_len, block_size, lengt
             "max_model_len_for_target_requests", lambda: cap.max_model_len_for_requests(Z, bpt, N, fixed, bs))
     if miss.need("kv_cache_memory_bytes_for_target", n=(N, R_N), l=(L, R_L), b=b_in):
         out["kv_cache_memory_bytes_for_target"] = miss.run(
-            "kv_cache_memory_bytes_for_target", lambda: cap.kv_cache_memory_bytes_needed(N, L, bpt, fixed, bs))
+            "kv_cache_memory_bytes_for_target", lambda: cap.kv_cache_memory_bytes_needed(N, L, bpt, fixed_L, bs))
     if miss.need("gpu_memory_utilization_for_target", n=(N, R_N), l=(L, R_L), b=b_in,
                  t=(_val(total), R_TOTAL), k=(_val(non_kv), R_NONKV)):
         u = miss.run("gpu_memory_utilization_for_target", lambda: cap.gpu_memory_utilization_needed(
-            N, L, bpt, total.value, max(0.0, non_kv.value), fixed, bs))
+            N, L, bpt, total.value, max(0.0, non_kv.value), fixed_L, bs))
         out["gpu_memory_utilization_for_target"] = u
         out["target_fits"] = None if u is None else u <= 1.0
 
@@ -655,10 +669,12 @@ def _capacity(p, basis, z, dp, tp, pp, devices, max_model_len, block_size, lengt
     if miss.need("request_kv", l=(L, R_L), m=(mml, R_MML), b=b_in):
         need = miss.run("request_kv", lambda: cap.request_kv_need(bpt, L, mml, fixed, bs))
         if need is not None:
+            p99_bytes = cap.request_bytes(L, bpt, fixed_L, bs)
             out["request_kv"] = {
-                "p99_len": L, "p99_bytes": need.p99_bytes, "p99_gib": need.p99_gib,
+                "p99_len": L, "p99_bytes": p99_bytes, "p99_gib": p99_bytes / cap.GIB_BYTES,
                 "max_model_len": mml, "max_model_len_bytes": need.max_model_len_bytes,
-                "max_model_len_gib": need.max_model_len_gib, "worst_case_over_p99": need.worst_case_over_p99,
+                "max_model_len_gib": need.max_model_len_gib,
+                "worst_case_over_p99": need.max_model_len_bytes / p99_bytes if p99_bytes > 0 else need.worst_case_over_p99,
                 "logged_needed_gib": logged_need.value.get("needed_gib") if logged_need else None,
                 "logged_line": logged_need.line if logged_need else None,
             }
