@@ -496,3 +496,12 @@ def test_short_request_reserves_only_its_length_in_sliding_window_layers():
     d = run_json("--model", "gpt-oss-120b", "--available-gib", "40", "--max-model-len", "131072",
                  "--max-num-batched-tokens", "8192", "--p99-len", "32768")
     assert d["capacity"]["request_kv"]["p99_bytes"] == 36864 * 32768 + 36864 * 8336
+
+
+def test_tp_that_does_not_divide_the_attention_heads_is_noted():
+    # vLLM refuses such a layout (vllm 0.23.0 vllm/config/model.py:1185-1196 verify_with_parallel_config)
+    d = run_json("--model", "Qwen3-32B", "--tp", "3", "--available-gib", "20", "--p99-len", "8192")
+    notes = [a for a in d["expected"]["assumptions"] if "does not divide the 64 attention heads" in a]
+    assert notes and "vLLM refuses to start" in notes[0] and d["expected"]["verified"] is False
+    ok = run_json("--model", "Qwen3-32B", "--tp", "4", "--available-gib", "20", "--p99-len", "8192")
+    assert not [a for a in ok["expected"]["assumptions"] if "attention heads" in a]

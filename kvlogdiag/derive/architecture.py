@@ -5,7 +5,7 @@ The log gives a *measured* figure, ``Z · 2**30 / N`` (``Available KV cache memo
 (a Hugging Face ``config.json`` or an entry of the built-in catalogue ``data/models.toml``) under
 a given parallel layout, KV-cache dtype, hybrid-manager setting and vLLM version.
 
-Formulas (``docs/capacity.md``; ``vllm-log-format.md`` §12, §12.1, §3.1, §6, §7), per layer, per
+Formulas (``docs/capacity.md``; ``docs/vllm-log-format.md`` §12, §12.1, §3.1, §6, §7), per layer, per
 rank, ``dt`` = bytes per element:
 
 * standard attention (MHA/GQA/MQA): ``2 × max(1, num_kv_heads // TP) × head_dim × dt``;
@@ -191,6 +191,7 @@ class ModelArch:
     default_dtype: str = "bfloat16"
     auto_kv_cache_dtype: str | None = None
     max_position_embeddings: int | None = None
+    num_attention_heads: int | None = None
     verified: bool = True
     source: str = ""
     notes: tuple[str, ...] = ()
@@ -262,6 +263,8 @@ class ExpectedKV:
     vllm_version: str | None = None
     assumptions: list[str] = field(default_factory=list)
     verified: bool = True
+    #: False when TP does not divide the attention heads (vLLM refuses that layout); None if unknown
+    tp_divides_heads: bool | None = None
 
     def request_bytes(self, tokens: int) -> float:
         """Bytes (per rank) one request of ``tokens`` context tokens occupies.
@@ -518,7 +521,9 @@ def from_hf_config(config: Mapping[str, Any], name: str | None = None) -> ModelA
     max_pos = cfg.get("max_position_embeddings")
     max_pos = int(max_pos) if max_pos is not None else None
     n_layers = _req_int(cfg, "num_hidden_layers", mt)
-    common = dict(name=label, default_dtype=dtype, max_position_embeddings=max_pos)
+    heads_total = cfg.get("num_attention_heads")
+    common: dict[str, Any] = dict(name=label, default_dtype=dtype, max_position_embeddings=max_pos,
+                                  num_attention_heads=int(heads_total) if heads_total else None)
 
     if mt == "deepseek_v4" or "DeepseekV4ForCausalLM" in arch_names:
         return _dsv4_from_config(cfg, n_layers, common)
@@ -671,7 +676,7 @@ def normalise_model_name(name: str) -> str:
 
 
 def _data_text(filename: str) -> str:
-    return resources.files("kvlogdiag").joinpath("data", filename).read_text(encoding="utf-8")
+    return resources.files("kvlogdiag").joinpath("data").joinpath(filename).read_text(encoding="utf-8")
 
 
 @lru_cache(maxsize=1)
@@ -900,6 +905,13 @@ def expected_kv(
                            "full length (+~25 KB/token); startup may instead fail (unverified)")
         verified = False
 
+    tp_divides_heads = None if not arch.num_attention_heads else arch.num_attention_heads % tp == 0
+    if tp_divides_heads is False:
+        # vllm 0.23.0 vllm/config/model.py:1185-1196 ModelConfig.verify_with_parallel_config
+        assumptions.append(f"TP={tp} does not divide the {arch.num_attention_heads} attention heads: vLLM refuses to "
+                           f"start ('Total number of attention heads ({arch.num_attention_heads}) must be divisible "
+                           f"by tensor parallel size ({tp})'); the figures are for a layout that cannot run")
+        verified = False
     if tp > arch.num_kv_heads and kinds & {KIND_FULL, KIND_SLIDING}:
         assumptions.append(f"TP={tp} > {arch.num_kv_heads} KV heads: heads replicated, 1 per rank")
     if kinds & {KIND_MLA, KIND_MLA_SPARSE, KIND_DSV4} and tp > 1:
@@ -994,7 +1006,7 @@ def expected_kv(
         log_figure=log_figure, per_stage_bytes_per_token=tuple(r[0] for r in stage_results),
         breakdown=breakdown, window_terms=terms, state_bytes_per_request=state,
         max_model_len=max_model_len, vllm_version=version_label or vllm_version,
-        assumptions=assumptions, verified=verified,
+        assumptions=assumptions, verified=verified, tp_divides_heads=tp_divides_heads,
     )
 
 
