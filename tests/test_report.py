@@ -236,9 +236,10 @@ def test_html_figures_table_matches_the_log(run, tmp_path):
     # 79.18 − (32.89 + 1.94 + 1.06 + 0.83 + 37.01) = 5.45
     assert ["Worker_TP2", "32.89 GiB", "1.94 GiB", "1.06 GiB", "0.83 GiB", "37.01 GiB", "79.18 GiB", "5.45 GiB", "—"] in mem
     cap = page.tables["capacity"]
-    # smallest pool 485,088 tokens: 118.4 / 59.2 / 14.8 / 3.7 / 7.40 (vLLM: 7.40x) requests
+    # smallest pool 485,088 tokens: 118.4 / 59.2 / 14.8 / 7.40 (vLLM: 7.40x) requests; no 128K row above
+    # the 65,536 max-model-len (vLLM rejects longer requests)
     assert cap[1:] == [["4K", "4,096", "118", "118"], ["8K", "8,192", "59", "59"], ["32K", "32,768", "14", "14"],
-                       ["128K", "131,072", "3", "3"], ["max-model-len", "65,536", "7", "7"]]
+                       ["max-model-len", "65,536", "7", "7"]]
 
 
 def test_capacity_sums_dp_groups():
@@ -257,6 +258,15 @@ def test_capacity_extrapolates_missing_dp_groups():
     row = cap["rows"][0]
     assert row["total"] == 3 * row["per_group_min"]
     assert any("1 of 3 DP groups" in n for n in cap["notes"])
+
+
+def test_capacity_rows_stop_at_max_model_len():
+    # vLLM rejects a request longer than max-model-len (vllm 0.23.0 vllm/renderers/params.py:337):
+    # no 32K or 128K row for a 20,000-token limit, the limit itself is the last row (issue 12)
+    a = analyse(SAMPLES / "v1_single_gpu.log")
+    a.config["max_model_len"] = 20000
+    cap = build_section(a)["capacity"]
+    assert [(r["label"], r["tokens"]) for r in cap["rows"]] == [("4K", 4096), ("8K", 8192), ("max-model-len", 20000)]
 
 
 def test_capacity_from_insufficient_kv_error():

@@ -174,7 +174,9 @@ def _capacity(a: Analysis, rows: list[dict]) -> dict:
     cfg = a.config
     mml = cfg.get("max_model_len")
     dp_size = cfg.get("data_parallel_size") or 1
-    lengths = list(CAPACITY_LENGTHS)
+    # vLLM rejects a request longer than max-model-len ('This model's maximum context length is ...',
+    # vllm 0.23.0 vllm/renderers/params.py:337): rows stop there
+    lengths = [(label, n) for label, n in CAPACITY_LENGTHS if not mml or n < int(mml)]
     if mml:
         lengths.append(("max-model-len", int(mml)))
     cap: dict[str, Any] = {"basis": None, "groups": [], "rows": [], "dp_size": dp_size, "notes": [], "max_model_len": mml}
@@ -587,7 +589,10 @@ def _capacity_chart(doc: dict, mpl) -> str | None:
     if smallest <= 0:
         return None
     dp = max(int(cap["dp_size"]), len(groups))
-    lo, hi = 1024, max([131072] + [r["tokens"] for r in cap["rows"]]) * 2
+    # the curve stops at max-model-len: vLLM rejects longer requests
+    mml = cap.get("max_model_len")
+    lo, hi = 1024, (int(mml) if mml else max([131072] + [r["tokens"] for r in cap["rows"]]) * 2)
+    lo = min(lo, max(1, hi // 4))
     steps = 240
     xs = [lo * (hi / lo) ** (i / steps) for i in range(steps + 1)]
     fig = Figure(figsize=(7.0, 4.2))
