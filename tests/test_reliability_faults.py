@@ -443,7 +443,8 @@ def test_watch_writer_dies_mid_line(tmp_path):
     partial = b"(EngineCore_DP0 pid=2410) INFO 09-26 07:55:00 [core.py:1] the writer died in the middle of thi"
     writer = (f"import os, sys, signal; sys.stdout.buffer.write(open({str(TP4)!r}, 'rb').read() + {partial!r}); "
               "sys.stdout.flush(); os.kill(os.getpid(), signal.SIGKILL)")
-    for fail_on, code in (("never", 0), ("warning", 1)):
+    # the sample's only finding is KVD005's info since KVD004 is quiet on vLLM's own 0.92 (issue 12)
+    for fail_on, code in (("never", 0), ("info", 1)):
         w = subprocess.Popen([PY, "-c", writer], stdout=subprocess.PIPE)
         p = subprocess.run([*WATCH, "--fail-on", fail_on], stdin=w.stdout, capture_output=True, timeout=60)
         w.stdout.close()
