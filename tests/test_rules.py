@@ -277,3 +277,9 @@ def test_kv_levers_deepseek_v4_on_cuda_neither_fp8_nor_tp(tmp_path):
         "model='deepseek-ai/DeepSeek-V4-Flash', dtype=torch.bfloat16, max_seq_len=229376, tensor_parallel_size=4, "
         "kv_cache_dtype=auto, device_config=cuda\n"))
     assert "halves" not in fix and "splits the KV heads" not in fix and "more PP stages" in fix
+
+
+def test_built_in_rules_read_only_prefiltered_lines():
+    """A built-in rule with any_line()/count() makes every analysis read every line (~100x slower on long
+    logs): facts a built-in rule needs come from catalogue patterns and events instead."""
+    assert load_rules().line_patterns == ()

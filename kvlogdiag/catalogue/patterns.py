@@ -401,10 +401,18 @@ pat("recompute_offload_connector", "vLLM-Ascend >=v0.23", "RecomputeCPUOffloadCo
     r"RecomputeCPUOffloadConnector: role=(?P<role>[\w.]+), per_rank=(?P<per_rank_gb>[\d.]+) GB, world_size=(?P<world_size>\d+), offload_prefix_caching=(?P<prefix>\w+)",
     [("INFO 08-20 10:11:00 [recompute_cpu_offload_connector.py:80] RecomputeCPUOffloadConnector: role=KVConnectorRole.WORKER, per_rank=0.50 GB, world_size=16, offload_prefix_caching=False",
       {"role": "KVConnectorRole.WORKER", "per_rank_gb": "0.50", "world_size": "16", "prefix": "False"})])
-pat("recompute_runtime", "vLLM-Ascend", "[RecomputeScheduler]",
-    r"\[RecomputeScheduler\] (?P<what>Preempted request|Recompute preemption offload enabled for request|Recompute triggered for request) (?P<request>\S+?)[.,]?(?=\s|$)(?: running_count=(?P<running>\d+), token_budget=(?P<budget>-?\d+))?",
+# vllm-ascend 0.23.0.post1 core/recompute_scheduler.py:297-345 prints the two D-node preemption lines without the
+# "[RecomputeScheduler]" prefix, :872 the "Recompute triggered" warning with it (docs/vllm-behaviour.md)
+pat("recompute_runtime", "vLLM-Ascend", ("[RecomputeScheduler]", "Recompute preemption ", "Recompute triggered for request"),
+    r"(?:\[RecomputeScheduler\] )?(?P<what>(?<=\[RecomputeScheduler\] )Preempted request|Recompute preemption offload enabled for request|Recompute preemption falls back without offload for request|Recompute triggered for request) (?P<request>\S+?)[.,]?(?=\s|$)(?: running_count=(?P<running>\d+), token_budget=(?P<budget>-?\d+))?",
     [("INFO 08-20 11:00:00 [recompute_scheduler.py:400] [RecomputeScheduler] Preempted request cmpl-42-0. running_count=63, token_budget=120",
-      {"what": "Preempted request", "request": "cmpl-42-0", "running": "63", "budget": "120"})])
+      {"what": "Preempted request", "request": "cmpl-42-0", "running": "63", "budget": "120"}),
+     ("INFO 08-20 11:00:00 [recompute_scheduler.py:330] Recompute preemption offload enabled for request cmpl-7-0",
+      {"what": "Recompute preemption offload enabled for request", "request": "cmpl-7-0"}),
+     ("INFO 08-20 11:00:00 [recompute_scheduler.py:341] Recompute preemption falls back without offload for request cmpl-8-0",
+      {"what": "Recompute preemption falls back without offload for request", "request": "cmpl-8-0"}),
+     ("WARNING 08-20 11:00:01 [recompute_scheduler.py:872] [RecomputeScheduler] Recompute triggered for request cmpl-9-0",
+      {"what": "Recompute triggered for request", "request": "cmpl-9-0"})])
 
 # --- runtime (facts §10) --------------------------------------------------------------------------
 pat("v0_preemption", "V0", "is preempted by",

@@ -854,8 +854,12 @@ class Extractor:
             if self.facts.recompute_first is None:
                 self.facts.recompute_first = fact
             self._emit("recompute_preempted", fact)
+        elif what.startswith("Recompute triggered"):
+            self._event("recompute_triggered", fact)
+        elif "falls back" in what:
+            self._event("recompute_fallback", fact)
         else:
-            self._event("recompute_" + ("offload" if "offload" in what else "triggered"), fact)
+            self._event("recompute_offload", fact)
 
     # -- runtime -------------------------------------------------------------------------------
 
