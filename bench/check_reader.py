@@ -29,8 +29,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 from kvlogdiag import reader  # noqa: E402
-from kvlogdiag.pipeline import prefilter  # noqa: E402
 from kvlogdiag.input.reader import Line, LineStats  # noqa: E402
+from kvlogdiag.pipeline import prefilter  # noqa: E402
 
 # --- the reference ---------------------------------------------------------------------------------
 

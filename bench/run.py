@@ -35,7 +35,6 @@ DOC = os.path.join(ROOT, "docs", "performance.md")
 sys.path.insert(0, HERE)
 
 import gen  # noqa: E402
-
 from tabulate import tabulate  # noqa: E402
 
 BIN = os.path.dirname(sys.executable)
@@ -231,7 +230,7 @@ def section_scaling(rows: list, logs: list[dict], big: Run | None, reps: int) ->
     for log in logs:
         path = log["path"]
         size = os.path.getsize(path)
-        r = big if (big is not None and log is logs[-1]) else repeat(reps, lambda: run(analyze_cmd(path), capture=True))
+        r = big if (big is not None and log is logs[-1]) else repeat(reps, lambda path=path: run(analyze_cmd(path), capture=True))
         pts.append((size, r))
     for size, r in pts:
         rows.append(["scaling", f"analyze {size / MB:,.0f} MB", r.wall, r.cpu, r.rss, f"{size / MB / r.wall:,.0f} MB/s", "", ""])

@@ -7,21 +7,36 @@ reader unless a loaded user rule matches raw lines (``any_line``/``count``), whi
 
 from __future__ import annotations
 
-from typing import Any, BinaryIO, Callable
+from typing import Any, BinaryIO
 
-from kvlogdiag.rules.condition import EvaluationError, regex_search
-from kvlogdiag.rules.context import Options
+from kvlogdiag.catalogue.patterns import prefilter_regex
 from kvlogdiag.derive.figures import derive
 from kvlogdiag.extract.extractor import Extractor
-from kvlogdiag.extract.runs import server_starts
 from kvlogdiag.extract.facts import LogFacts
-from kvlogdiag.catalogue.patterns import prefilter_regex
+from kvlogdiag.extract.runs import server_starts
 from kvlogdiag.input.reader import (
-    DEFAULT_MAX_BYTES, InputError, Line, LineStats, detect_hard_wrap, iter_lines, open_input, unwrap_lines,
+    DEFAULT_MAX_BYTES,
+    InputError,
+    Line,
+    LineStats,
+    detect_hard_wrap,
+    iter_lines,
+    open_input,
+    unwrap_lines,
 )
 from kvlogdiag.result import (
-    Analysis, Finding, InputAnalysis, KVCache, LogLine, RankFigures, RankValue, RunInfo, VllmInfo,
+    Analysis,
+    Finding,
+    InputAnalysis,
+    KVCache,
+    LogLine,
+    RankFigures,
+    RankValue,
+    RunInfo,
+    VllmInfo,
 )
+from kvlogdiag.rules.condition import EvaluationError, regex_search
+from kvlogdiag.rules.context import Options
 from kvlogdiag.rules.engine import RuleError, RuleSet, evaluate, load_rules
 
 __all__ = ["Analyzer", "InputError", "Session", "analyze_source", "build_analysis"]

@@ -20,7 +20,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import DATA_DIR, REPO_ROOT, SAMPLE_LOGS_DIR
 
 LOGS = sorted(SAMPLE_LOGS_DIR.glob("*.log")) + sorted(DATA_DIR.rglob("*.log"))

@@ -12,9 +12,11 @@ import random
 
 import pytest
 from click.testing import CliRunner
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from kvlogdiag.catalogue import coverage as cov
+
 
 @pytest.fixture(scope="module")
 def harvest():

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import SAMPLE_LOGS_DIR
-from kvlogdiag.pipeline import analyze_source
+
 from kvlogdiag.cli.main import cli
+from kvlogdiag.pipeline import analyze_source
 
 SAMPLES = sorted(SAMPLE_LOGS_DIR.glob("*.log"))
 SAMPLE_IDS = [p.stem for p in SAMPLES]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import io
 
-from kvlogdiag.pipeline import Analyzer
 from kvlogdiag.input.reader import detect_hard_wrap
+from kvlogdiag.pipeline import Analyzer
 
 HEAD = "(Worker_TP0 pid=1) INFO 09-03 04:37:10 [gpu_worker.py:276] "
 LOG = (

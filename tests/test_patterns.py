@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from kvlogdiag.catalogue import patterns
-from kvlogdiag.extract.extractor import Extractor
 from kvlogdiag.catalogue.patterns import catalogue, prefilter_regex
+from kvlogdiag.extract.extractor import Extractor
 from kvlogdiag.input.reader import make_line
 
 CATALOGUE = catalogue()

@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 
 import pytest
+from conftest import DATA_DIR
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import DATA_DIR
 from kvlogdiag.extract.pyrepr import CLASS_KEY, parse_json_or_repr, parse_repr, scalar, split_key_values
 from kvlogdiag.input.reader import make_line
 

@@ -13,8 +13,8 @@ import tracemalloc
 import pytest
 import zstandard
 
-from kvlogdiag.input import reader
 from kvlogdiag.catalogue.patterns import prefilter_regex
+from kvlogdiag.input import reader
 from kvlogdiag.input.reader import InputError, LineStats, iter_lines, make_line, open_input
 
 LOG = (

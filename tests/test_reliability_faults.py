@@ -21,7 +21,6 @@ import html.parser
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys

@@ -30,10 +30,8 @@ import os
 import re
 import subprocess
 import sys
-import textwrap
 import time
 import zlib
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -42,12 +40,12 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvlogdiag.input import reader
-from kvlogdiag.pipeline import Analyzer, prefilter
 from kvlogdiag.cli.main import cli
 from kvlogdiag.derive.figures import MAX_PLAUSIBLE_BPT, MIN_PLAUSIBLE_BPT
 from kvlogdiag.extract.extractor import Extractor
+from kvlogdiag.input import reader
 from kvlogdiag.input.reader import make_line
+from kvlogdiag.pipeline import Analyzer, prefilter
 from kvlogdiag.render.analysis import render_json, render_markdown, render_text
 
 REPO = Path(__file__).resolve().parent.parent

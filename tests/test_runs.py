@@ -11,11 +11,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import DATA_DIR, SAMPLE_LOGS_DIR
 
 from kvlogdiag.cli.main import cli
 from kvlogdiag.pipeline import Analyzer
-
-from conftest import DATA_DIR, SAMPLE_LOGS_DIR
 
 MULTI = DATA_DIR / "multirun"
 # file → the sample logs its runs come from, in log order

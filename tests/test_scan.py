@@ -21,7 +21,6 @@ from pathlib import Path
 
 import pytest
 import zstandard
-
 from conftest import SAMPLE_LOGS_DIR
 
 ROOT = os.geteuid() == 0 if hasattr(os, "geteuid") else False

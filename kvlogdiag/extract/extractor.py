@@ -13,9 +13,9 @@ import re
 import shlex
 from typing import Any, Callable
 
+from kvlogdiag.catalogue.patterns import STATS_TAIL, Pattern, catalogue
 from kvlogdiag.extract.facts import Fact, LogFacts
 from kvlogdiag.extract.failures import StartupTracker
-from kvlogdiag.catalogue.patterns import STATS_TAIL, Pattern, catalogue
 from kvlogdiag.extract.pyrepr import CLASS_KEY, parse_json_or_repr, parse_repr, scalar, split_key_values, unwrap_path
 from kvlogdiag.input.reader import Line
 
