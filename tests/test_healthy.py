@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import DATA_DIR, SAMPLE_LOGS_DIR
+
 from kvlogdiag.cli.main import cli
 
 HEALTHY_DIR = DATA_DIR / "healthy"

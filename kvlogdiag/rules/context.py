@@ -589,7 +589,7 @@ def _runtime(b: _Builder) -> None:
 def _options(b: _Builder) -> None:
     opts = b.opts
     given = opts.p99_len is not None
-    p99 = opts.p99_len if given else DEFAULT_P99_LEN
+    p99: int = opts.p99_len if opts.p99_len is not None else DEFAULT_P99_LEN
     b.put("p99_len", p99)
     b.put("p99_len_given", given)
     b.put("avg_prompt_len", opts.avg_prompt_len)
