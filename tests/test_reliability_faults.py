@@ -24,6 +24,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -474,16 +475,24 @@ def test_watch_signal_prints_summary_and_exits_with_documented_code(sig, code, r
     need("watch")
     proc = subprocess.Popen([*WATCH, "--fail-on", "never"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
+    lines: list[bytes] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stderr.readline, b"")), daemon=True)
+    reader.start()
     try:
         proc.stdin.write(TP4_BYTES)
         proc.stdin.flush()
-        time.sleep(1.5)  # let it read and report (the writer keeps stdin open: a live server)
+        # the writer keeps stdin open (a live server): signal once watch has read and reported the figures,
+        # so its handlers are surely installed — waiting on the event, not on a guess of how long that takes
+        deadline = time.monotonic() + 120
+        while not any(b"bytes/token" in x for x in list(lines)) and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.02)
         proc.send_signal(sig)
-        _, err = proc.communicate(timeout=20)
+        proc.wait(timeout=120)
+        reader.join(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
-    text = err.decode()
+    text = b"".join(lines).decode()
     assert proc.returncode == code, text[-1500:]
     assert f"summary ({reason})" in text and "Traceback" not in text
     assert "bytes/token" in text

@@ -87,7 +87,7 @@ class Watch:
     def events(self) -> list[dict]:
         return [json.loads(t) for t in self.stderr() if t.startswith("{")]
 
-    def wait_for(self, pred, timeout: float = 10.0, what: str = "condition"):
+    def wait_for(self, pred, timeout: float = 120.0, what: str = "condition"):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             got = pred()
@@ -147,7 +147,7 @@ def test_figures_reach_stderr_before_the_writer_finishes_and_stdout_is_byte_exac
         w.write(ln)
         time.sleep(0.002)
     # the writer is still open and has more to send: the figures must already be on stderr
-    fig = w.wait_for(lambda: [t for t in w.stderr() if "figures" in t and "smallest of 4" in t], 10, "the figures of 4 ranks")
+    fig = w.wait_for(lambda: [t for t in w.stderr() if "figures" in t and "smallest of 4" in t], 120, "the figures of 4 ranks")
     assert "bytes/token 81,9" in fig[-1] and "max concurrency 7.40x" in fig[-1], fig  # ~81,919 B per rank
     assert any(re.match(r"kvlogdiag: KVD0\d\d \[", t) for t in w.stderr())  # findings came live too
     assert not any("summary (end of input)" in t for t in w.stderr())
@@ -254,7 +254,7 @@ def test_signal_prints_summary_and_exits(tmp_path, watches, signum, code, word):
     w = Watch([], tmp_path)
     watches.append(w)
     w.write(b"".join(lines[:160]))  # past start-up; the writer stays open (a server still running)
-    w.wait_for(lambda: any("summary (start-up complete" in t for t in w.stderr()), 10, "the start-up summary")
+    w.wait_for(lambda: any("summary (start-up complete" in t for t in w.stderr()), 120, "the start-up summary")
     w.proc.send_signal(signum)
     rc = w.proc.wait(timeout=30)  # a hang guard, not a speed test
     w.finish()
@@ -329,9 +329,9 @@ def test_interim_figures_on_a_slow_pipe_never_mix_ranks(tmp_path, watches):
     for ln in lines[kv[0]: kv[-1] + 1]:
         w.write(ln)
         sent += ln
-        w.wait_for(lambda sent=sent: w.stdout() == sent, 10, "the echo of the line")
+        w.wait_for(lambda sent=sent: w.stdout() == sent, 120, "the echo of the line")
         time.sleep(0.05)  # room for an evaluation between two lines (the old engine printed 81,827 here)
-    w.wait_for(lambda: [e for e in w.events() if e["event"] == "figures"], 10, "the figures")
+    w.wait_for(lambda: [e for e in w.events() if e["event"] == "figures"], 120, "the figures")
     w.write(b"".join(lines[kv[-1] + 1:]))
     assert w.finish() == 0
     figures = [e for e in w.events() if e["event"] == "figures"]
@@ -547,28 +547,28 @@ def test_follow_handles_truncation_and_rotation(tmp_path, watches):
     log.write_bytes(a)
     w = Watch(["-f", str(log), "--format", "json"], tmp_path, stdin=subprocess.DEVNULL)
     watches.append(w)
-    w.wait_for(lambda: w.stdout() == a, 10, "the existing content")
+    w.wait_for(lambda: w.stdout() == a, 120, "the existing content")
     with open(log, "ab") as fh:
         fh.write(b)
-    w.wait_for(lambda: w.stdout() == a + b, 10, "the appended content")
-    w.wait_for(lambda: [e for e in w.events() if e["event"] == "figures"], 10, "figures from the followed file")
+    w.wait_for(lambda: w.stdout() == a + b, 120, "the appended content")
+    w.wait_for(lambda: [e for e in w.events() if e["event"] == "figures"], 120, "figures from the followed file")
     with open(log, "wb") as fh:  # copytruncate-style
         fh.write(c)
-    w.wait_for(lambda: w.stdout() == a + b + c, 10, "the content after truncation")
+    w.wait_for(lambda: w.stdout() == a + b + c, 120, "the content after truncation")
     w.wait_for(lambda: any(e["event"] == "note" and "truncated" in e["message"] for e in w.events()), 10,
                "the truncation note")  # stderr may lag stdout
     # the truncated file shows vLLM output again: a new run (server start), numbered on from the old lines
-    run = w.wait_for(lambda: [e for e in w.events() if e["event"] == "run"], 10, "the new run")
+    run = w.wait_for(lambda: [e for e in w.events() if e["event"] == "run"], 120, "the new run")
     assert [(e["index"], e["reason"], e["first_line"]) for e in run] == [(1, "truncated", 131)]
     os.rename(log, tmp_path / "server.log.1")  # logrotate-style: rename, then a new file
     time.sleep(0.3)
     log.write_bytes(d)
-    w.wait_for(lambda: w.stdout() == a + b + c + d, 10, "the rotated file's content")
+    w.wait_for(lambda: w.stdout() == a + b + c + d, 120, "the rotated file's content")
     w.wait_for(lambda: any(e["event"] == "note" and "rotated" in e["message"] for e in w.events()), 10,
                "the rotation note")
-    w.wait_for(lambda: [e for e in w.events() if e["event"] == "run"][1:], 10, "the run of the rotated file")
+    w.wait_for(lambda: [e for e in w.events() if e["event"] == "run"][1:], 120, "the run of the rotated file")
     w.proc.send_signal(signal.SIGINT)
-    assert w.proc.wait(timeout=10) == 130
+    assert w.proc.wait(timeout=120) == 130
     w.finish()
     events = w.events()
     assert [(e["index"], e["reason"]) for e in events if e["event"] == "run"] == [(1, "truncated"), (2, "rotated")]
@@ -588,9 +588,9 @@ def test_follow_from_end_skips_existing_content(tmp_path, watches):
     new = PREEMPT_LINE.format(n=3).encode()
     with open(log, "ab") as fh:
         fh.write(new)
-    w.wait_for(lambda: w.stdout() == new, 10, "the appended line")
+    w.wait_for(lambda: w.stdout() == new, 120, "the appended line")
     w.proc.send_signal(signal.SIGTERM)
-    assert w.proc.wait(timeout=10) == 143
+    assert w.proc.wait(timeout=120) == 143
     w.finish()
     summary = w.events()[-1]
     assert summary["event"] == "summary" and summary["lines_read"] == 1
