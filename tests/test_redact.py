@@ -117,7 +117,7 @@ def test_long_hostile_lines_redact_in_linear_time() -> None:
     n = 200_000
     shapes = ["a" * n, "a-" * (n // 2), "a." * (n // 2), "1." * (n // 2), "sk-" * (n // 3), "api_key" * (n // 7),
               "host_" * (n // 5), "a-b://" * (n // 6), "fe80::" * (n // 6), "a.b@c." * (n // 6)]
-    start = time.perf_counter()
+    start = time.process_time()
     for s in shapes:
         Redactor().redact(s)
-    assert time.perf_counter() - start < 30
+    assert time.process_time() - start < 30  # CPU seconds: linear redaction, whatever else the machine runs
