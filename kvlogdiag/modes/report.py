@@ -250,7 +250,7 @@ ERROR_EVIDENCE = (("insufficient_kv", "insufficient_kv"), ("no_available_memory"
 def _error_items(a: Analysis) -> list[dict]:
     """Start-up errors in words (render.error_lines) with the log line each comes from."""
     base = {"insufficient_kv": None, "no_available_memory": False, "startup_failed": False}
-    out = []
+    out: list[dict] = []
     st = a.startup or {}
     for key, event in ERROR_EVIDENCE:
         val = a.errors.get(key)

@@ -28,15 +28,32 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from kvlogdiag.errors import KvlogdiagError
+from kvlogdiag.extract.facts import Fact, LogFacts
 from kvlogdiag.result import Severity
 from kvlogdiag.rules.condition import (
-    Call, Condition, ConditionError, EvaluationError, FunctionSpec, ListExpr, Literal, Unary, Binary,
-    compile_user_regex, parse, regex_search,
+    Binary,
+    Call,
+    Condition,
+    ConditionError,
+    EvaluationError,
+    FunctionSpec,
+    ListExpr,
+    Literal,
+    Unary,
+    compile_user_regex,
+    parse,
+    regex_search,
 )
 from kvlogdiag.rules.context import (
-    NAMES, SECTIONS, Options, ProviderError, build_context, builtin_providers, provider_names, version_cmp,
+    NAMES,
+    SECTIONS,
+    Options,
+    ProviderError,
+    build_context,
+    builtin_providers,
+    provider_names,
+    version_cmp,
 )
-from kvlogdiag.extract.facts import Fact, LogFacts
 
 if sys.version_info >= (3, 11):
     import tomllib
