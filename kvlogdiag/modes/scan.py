@@ -564,7 +564,8 @@ def summary_tables(df, rules_by_code: dict, elapsed: float, counts: dict) -> str
     """The terminal summary: runs by severity, top rules, bytes per token by model and version."""
     from tabulate import tabulate
 
-    out = [f"{len(df)} files ({counts['analysed']} read, {counts['cached']} unchanged from state"
+    nfiles = df["source"].nunique() if len(df) else 0
+    out = [f"{nfiles} files, {len(df)} server starts ({counts['analysed']} files read, {counts['cached']} unchanged from state"
            + (f", {counts['dropped']} dropped from state" if counts.get("dropped") else "")
            + f") in {elapsed:.1f} s"]
 
@@ -580,7 +581,7 @@ def summary_tables(df, rules_by_code: dict, elapsed: float, counts: dict) -> str
         w = df.apply(worst, axis=1)
         order = ["error", "warning", "info", "clean", "unreadable"]
         rows = [[k, int((w == k).sum())] for k in order if int((w == k).sum())]
-        out += ["", "Runs by worst finding", tabulate(rows, headers=["severity", "files"], tablefmt="simple")]
+        out += ["", "Runs by worst finding", tabulate(rows, headers=["severity", "runs"], tablefmt="simple")]
         counter: dict[str, int] = {}
         for codes in df["findings"].dropna():
             for code in dict.fromkeys(str(codes).split(",")):
@@ -590,8 +591,8 @@ def summary_tables(df, rules_by_code: dict, elapsed: float, counts: dict) -> str
             rule = rules_by_code.get(code)
             top.append([code, rule.name if rule is not None else "", n])
         if top:
-            out += ["", "Top rules (files in which each fired)",
-                    tabulate(top[:15], headers=["rule", "name", "files"], tablefmt="simple")]
+            out += ["", "Top rules (runs in which each fired)",
+                    tabulate(top[:15], headers=["rule", "name", "runs"], tablefmt="simple")]
         ok = df[df["bytes_per_token"].notna()]
         if len(ok):
             g = ok.assign(model=ok["model"].fillna("?"), vllm_version=ok["vllm_version"].fillna("?")) \
@@ -600,7 +601,7 @@ def summary_tables(df, rules_by_code: dict, elapsed: float, counts: dict) -> str
             rows = [[r.model, r.vllm_version, int(r["count"]), f"{r['min']:,.0f}", f"{r['median']:,.0f}", f"{r['max']:,.0f}"]
                     for _, r in agg.head(30).iterrows()]
             out += ["", "bytes per token (per rank) by model and vLLM version",
-                    tabulate(rows, headers=["model", "vLLM", "files", "min", "median", "max"], tablefmt="simple",
+                    tabulate(rows, headers=["model", "vLLM", "runs", "min", "median", "max"], tablefmt="simple",
                              disable_numparse=True, colalign=("left", "left", "right", "right", "right", "right"))]
         bad = df[df["error"].notna()]
         if len(bad):
