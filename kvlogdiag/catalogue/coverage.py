@@ -31,6 +31,9 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from kvlogdiag.catalogue.patterns import catalogue
+from kvlogdiag.extract.extractor import Extractor
+from kvlogdiag.extract.facts import Fact
+from kvlogdiag.input.reader import make_line
 
 HERE = Path(__file__).resolve().parent
 HARVEST_FILE = HERE / "harvested_formats.json"
@@ -263,7 +266,6 @@ _NUMERIC_GROUP = re.compile(r"-?[\d,]*\d(?:\.\d+)?")
 
 
 def _values(obj: Any, out: list) -> None:
-    from kvlogdiag.extract.facts import Fact
 
     if isinstance(obj, Fact):
         _values(obj.value, out)
@@ -332,8 +334,6 @@ class Check:
 
 def check_line(line: str) -> Check:
     """Run the real reader + Extractor on one line."""
-    from kvlogdiag.extract.extractor import Extractor
-    from kvlogdiag.input.reader import make_line
 
     ln = make_line(1, line.encode("utf-8"))
     ex = Extractor("coverage")

@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from kvlogdiag.catalogue.failures import prefilter_keywords
+
 
 @dataclass(frozen=True)
 class Pattern:
@@ -515,9 +517,7 @@ def keyword_index() -> dict[str, list[Pattern]]:
 
 
 def prefilter_regex(extra: tuple[str, ...] = ()) -> re.Pattern[bytes]:
-    """One bytes regex matching any keyword: the reader's line prefilter."""
-    from kvlogdiag.catalogue.failures import prefilter_keywords  # the start-up root-cause tracker's lines
-
+    """One bytes regex matching any keyword (with the start-up root-cause tracker's): the reader's line prefilter."""
     kws = sorted({kw for p in _CATALOGUE for kw in p.keywords} | set(extra) | set(prefilter_keywords()),
                  key=len, reverse=True)
     return re.compile(b"|".join(re.escape(k.encode()) for k in kws))

@@ -21,9 +21,14 @@ import os
 import sys
 from typing import Any, Iterable
 
+from kvlogdiag import __version__
 from kvlogdiag.derive.figures import as_float
 from kvlogdiag.errors import KvlogdiagError
+from kvlogdiag.input.reader import InputError, make_line, open_input
+from kvlogdiag.pipeline import Analyzer
+from kvlogdiag.render.analysis import md_escape
 from kvlogdiag.result import Analysis, Severity
+from kvlogdiag.rules.engine import RuleLoadError, builtin_rule_files
 
 DEFAULT_INCLUDE = ("*.log*", "*.out*", "*.txt*", "*.gz", "*.zst", "*.xz", "*.bz2")
 HEAD_BYTES = 64 << 10
@@ -284,7 +289,6 @@ def path_identity(path: str) -> tuple[str | None, str | None]:
 
 def envelope_host(path: str, max_bytes: int) -> str | None:
     """The syslog/journald host of the first lines, if the log carries that envelope (cheap: 16 KiB)."""
-    from kvlogdiag.input.reader import make_line, open_input
 
     try:
         fh = open_input(path, max_bytes)
@@ -362,7 +366,6 @@ def _init_worker(options, max_bytes: int) -> None:
     """Process pool initialiser: one Analyzer per process (rules loaded once)."""
     import signal
 
-    from kvlogdiag.pipeline import Analyzer
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
     _WORKER["analyzer"] = Analyzer(options)
@@ -371,8 +374,6 @@ def _init_worker(options, max_bytes: int) -> None:
 
 def analyze_file(analyzer, source: str, path: str, max_bytes: int) -> list[dict[str, Any]]:
     """One file → one row per run; never raises for a bad input (one row whose ``error`` says why)."""
-    from kvlogdiag.input.reader import InputError
-    from kvlogdiag.rules.engine import RuleLoadError
 
     try:
         a = analyzer.analyze_source(path, max_bytes)
@@ -413,8 +414,6 @@ def fingerprint(analyzer, max_bytes: int) -> str:
     import hashlib
     import json
 
-    from kvlogdiag import __version__
-    from kvlogdiag.rules.engine import builtin_rule_files
 
     h = hashlib.sha256()
     h.update(f"{__version__}|{ROW_SCHEMA}|{max_bytes}|".encode())
@@ -513,7 +512,6 @@ def to_frame(rows: list[dict]):
 def _markdown(rows: list[dict]) -> str:
     from tabulate import tabulate
 
-    from kvlogdiag.render.analysis import md_escape
 
     def cell(v: Any) -> str:
         if v is None:
