@@ -63,7 +63,17 @@ def test_prefilter_keywords_cover_catalogue_and_tracebacks():
     kws = prefilter_keywords()
     for e in CAT.entries:
         assert set(e.keywords) <= set(kws)
-    assert {"Traceback", "Error", "error", "Killed"} <= set(kws)
+    assert {"Traceback", "Error", "ERROR", "error:", "Killed"} <= set(kws)
+
+
+def test_prompt_words_do_not_pass_the_prefilter():
+    """A request-log line quoting a user's prompt must not reach the extractor for a prose word in it."""
+    from kvlogdiag.catalogue.patterns import prefilter_regex
+
+    line = (b"(APIServer pid=2231) INFO 11-29 08:41:41 [logger.py:43] Received request chatcmpl-1: prompt: "
+            b"'they raise an error signal when the process died', params: SamplingParams(n=1)")
+    assert prefilter_regex().search(line) is not None  # 'died' stays a keyword (process deaths) ...
+    assert prefilter_regex().search(line.replace(b"died", b"stops")) is None  # ... the other prose words do not
 
 
 # --- harvested templates ------------------------------------------------------------------------

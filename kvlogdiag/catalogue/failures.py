@@ -35,7 +35,10 @@ _NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?")
 
 # lines the tracker needs besides the catalogue keywords: exceptions, tracebacks, pydantic blocks,
 # process deaths, the end of a successful start
-EXTRA_KEYWORDS = ("Error", "error", "Exception", "Traceback", "raise ", "Killed", "died", "signal",
+# Words of plain prose ("error", "signal", "raise ") are not keywords: request-log lines quote users' prompts,
+# and a prompt word would send every such line through the tracker (and the extractor's keyword scan).
+# vLLM's own ERROR-level lines carry "ERROR"; exception lines "Error"/"Exception"; "CUDA error: …" "error:".
+EXTRA_KEYWORDS = ("ERROR", "Error", "error:", "Exception", "Traceback", "Killed", "died", "with signal", "by signal",
                   "exit code", "exitcode", "Failed core proc", "failed to start", "[type=",
                   "validation error for", "Application startup complete", "Uvicorn running on",
                   "Avg prompt throughput", 'File "', "fatal signal", "See stack trace")
