@@ -6,12 +6,11 @@ Commands return an `ExitCode`; errors meant for the user are `KvlogdiagError` an
 
 from __future__ import annotations
 
-import os
 from typing import Any, Callable
 
 import click
 
-from kvlogdiag.cli.exit import ExitCode
+from kvlogdiag.cli.exit import ExitCode, quiet_stdout  # noqa: F401 - re-exported for cli.main
 from kvlogdiag.config import LEVELS, ROLES, load_settings
 from kvlogdiag.errors import KvlogdiagError
 from kvlogdiag.pipeline import Analyzer
@@ -81,12 +80,3 @@ def report_rule_errors(analyzer: Analyzer) -> bool:
         click.echo(f"kvlogdiag: rule error: {e.message}", err=True)
     return bool(analyzer.rule_errors) and analyzer.options.strict_rules
 
-
-def quiet_stdout() -> None:
-    """stdout's reader is gone: point fd 1 at /dev/null so the interpreter's final flush cannot fail."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, 1)
-        os.close(devnull)
-    except OSError:
-        pass

@@ -6,6 +6,7 @@ The signal statuses follow the shell's 128 + signal number convention.
 
 from __future__ import annotations
 
+import os
 from enum import IntEnum
 
 
@@ -18,3 +19,13 @@ class ExitCode(IntEnum):
     INTERRUPTED = 130  # Ctrl-C (SIGINT)
     BROKEN_PIPE = 141  # the reader of stdout went away (SIGPIPE)
     TERMINATED = 143  # SIGTERM (watch prints its summary first)
+
+
+def quiet_stdout() -> None:
+    """stdout's reader is gone: point fd 1 at /dev/null so the interpreter's final flush cannot fail."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.close(devnull)
+    except OSError:
+        pass

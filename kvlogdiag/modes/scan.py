@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from kvlogdiag import __version__
 from kvlogdiag.derive.figures import as_float
@@ -456,15 +456,25 @@ def load_state(path: str) -> dict:
 
 def write_atomic(path: str, text: str) -> None:
     """Write a file so that a crash leaves either the old or the new content, never a mix."""
-    import tempfile
 
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".kvlogdiag-", suffix=".tmp", dir=d)
-    try:
+    def write(fd: int, tmp: str) -> None:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
+
+    _replace_atomically(path, ".tmp", write)
+
+
+def _replace_atomically(path: str, suffix: str, write: Callable[[int, str], None]) -> None:
+    """``write(fd, tmp)`` fills a temp file beside ``path``, which then replaces ``path`` (the temp file is
+    removed on any failure) and the directory entry is synced."""
+    import tempfile
+
+    d = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".kvlogdiag-", suffix=suffix, dir=d)
+    try:
+        write(fd, tmp)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -540,20 +550,11 @@ def render_rows(fmt: str, rows: list[dict]) -> str:
 
 def write_output(path: str, fmt: str, rows: list[dict]) -> None:
     if fmt == "parquet":
-        import tempfile
-
-        d = os.path.dirname(os.path.abspath(path))
-        fd, tmp = tempfile.mkstemp(prefix=".kvlogdiag-", suffix=".parquet", dir=d)
-        os.close(fd)
-        try:
+        def write(fd: int, tmp: str) -> None:
+            os.close(fd)
             to_frame(rows).to_parquet(tmp, index=False)
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+
+        _replace_atomically(path, ".parquet", write)
     else:
         write_atomic(path, render_rows(fmt, rows))
 

@@ -43,7 +43,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from kvlogdiag.cli.exit import ExitCode
+from kvlogdiag.cli.exit import ExitCode, quiet_stdout
 from kvlogdiag.errors import KvlogdiagError
 from kvlogdiag.extract.runs import command_only, server_starts
 from kvlogdiag.input.incremental import StreamLines
@@ -939,16 +939,6 @@ def run_follow(w: Watcher, src: FollowFile, sig: _Signals) -> int:
     return w.finish(reason, code)
 
 
-def _quiet_stdout() -> None:
-    """stdout's reader is gone: point fd 1 at /dev/null so the interpreter's final flush cannot fail."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, 1)
-        os.close(devnull)
-    except OSError:
-        pass
-
-
 def watch_main(analyzer: Analyzer, *, follow: str | None = None, from_end: bool = False, echo: bool = True,
                fmt: str = "text", repeat_after: float = 300.0, in_fd: int | None = None, out_fd: int = 1,
                err_stream: io.TextIOBase | None = None) -> int:
@@ -980,7 +970,7 @@ def watch_main(analyzer: Analyzer, *, follow: str | None = None, from_end: bool 
                 in_fd = os.open(os.devnull, os.O_RDONLY)
         return run_stdin(w, in_fd, sig)
     except StdoutClosed:
-        _quiet_stdout()
+        quiet_stdout()
         return int(ExitCode.BROKEN_PIPE)
     except _Stop as stop:
         return stop.code
