@@ -221,14 +221,15 @@ def test_deepseek_v4_flash_bf16_rows():
     assert e.bytes_per_token == 6_229
 
 
-def test_deepseek_v4_flash_ascend_estimate_is_flagged():
-    # bf16 main + 16-bit indexer estimate: 21 × (1024/4 + 256/4) + 20 × 1024/128 = 21 × 320 + 160
-    #   = 6,880 ≈ 6,900 (unverified)
+def test_deepseek_v4_flash_ascend_layout_from_source():
+    # vLLM-Ascend A2/A3: bf16 main cache (1024 B/state) + int8 indexer with one fp16 scale (128 + 2 = 130 B/state)
+    # on the ratio-4 layers (vllm-ascend 0.23.0.post1 models/deepseek_v4.py:567-575, core/kv_cache_interface.py:117-121):
+    # 21 × (1024/4 + 130/4) + 20 × 1024/128 = 21 × 288.5 + 160 = 6,058.5 + 160 = 6,218.5
     e = expected_kv(arch("DeepSeek-V4-Flash"), platform="npu")
-    assert e.bytes_per_token == 6_880
-    assert abs(e.bytes_per_token - 6_900) / 6_900 < 0.01
-    assert e.verified is False
-    assert any("ESTIMATE" in a for a in e.assumptions)
+    assert e.bytes_per_token == 6_218.5
+    assert not any("ESTIMATE" in a for a in e.assumptions)
+    assert any("130 B/state" in a for a in e.assumptions)
+    assert e.verified is False  # the DSv4-Flash layer facts in the catalogue are third-party (†)
     assert e.block_size == 128  # vLLM-Ascend default
 
 

@@ -88,9 +88,10 @@ DSV32_INDEXER_BYTES = 132  # 128 fp8 + 4 B scale
 DSV4_FP8_DS_MLA_STATE_BYTES = 584  # 448 fp8 + 128 B bf16 RoPE + 8 B scales
 DSV4_BF16_STATE_BYTES = 1024  # 512 × 2
 DSV4_INDEXER_FP8_BYTES = 132
-#: vLLM-Ascend DSv4 indexer row, bf16/fp16 128 dims: an *estimate* (§12.1, §14) chosen so that
-#: 21×(1024/4 + 256/4) + 20×1024/128 = 6,880 ≈ the documented ≈6,900 B/token.
-DSV4_ASCEND_INDEXER_BYTES_ESTIMATE = 256
+#: vLLM-Ascend (A2/A3) DSv4 indexer state: 128 int8 + one fp16 scale = 130 B — vllm-ascend 0.23.0.post1
+#: vllm_ascend/models/deepseek_v4.py:567-575 (k_dtype int8 unless A5), :152-169 (scale_dim 1, fp16),
+#: vllm_ascend/core/kv_cache_interface.py:117-121 (page = head_size × dtype + scale_dim × scale dtype).
+DSV4_ASCEND_INDEXER_BYTES = 130
 
 _FP8_NAMES = {"fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla", "int8"}
 _DTYPE_BYTES = {
@@ -756,9 +757,10 @@ def _layer_cost(spec: LayerSpec, tp: int, dt: int, kv_dtype: str, platform: str,
         return _LayerCost(context=main + DSV32_INDEXER_BYTES)
     if spec.kind == KIND_DSV4:
         if platform == "npu":
-            state, indexer = DSV4_BF16_STATE_BYTES, DSV4_ASCEND_INDEXER_BYTES_ESTIMATE
-            notes.add("DeepSeek-V4 on vLLM-Ascend: bf16 main cache (1024 B/state) and a 16-bit "
-                      "indexer (256 B/state) are an ESTIMATE (≈6,900 B/token, unverified, §12.1)")
+            state, indexer = DSV4_BF16_STATE_BYTES, DSV4_ASCEND_INDEXER_BYTES
+            notes.add("DeepSeek-V4 on vLLM-Ascend A2/A3: bf16 main cache (1024 B/state), int8 indexer "
+                      "+ fp16 scale (130 B/state) — vllm-ascend 0.23.0.post1 models/deepseek_v4.py; "
+                      "A5 (fp8 cache) is not modelled")
         elif kv_dtype == "fp8_ds_mla" or dt == 1:
             state, indexer = DSV4_FP8_DS_MLA_STATE_BYTES, DSV4_INDEXER_FP8_BYTES
         else:
