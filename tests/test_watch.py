@@ -529,7 +529,7 @@ def test_an_analysis_bug_never_stops_the_pass_through(tmp_path, monkeypatch):
         w.end_of_part()
         code = w.finish("eof")
     assert out.read_bytes() == data
-    assert code == 2
+    assert code == 3  # ExitCode.INTERNAL_ERROR
     notes = [json.loads(x) for x in sink.getvalue().splitlines()]
     assert [n["event"] for n in notes] == ["note", "note"]
     assert "internal error at line" in notes[0]["message"] and "RuntimeError: a rule blew up" in notes[0]["message"]

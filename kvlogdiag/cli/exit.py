@@ -15,7 +15,8 @@ class ExitCode(IntEnum):
 
     OK = 0  # no finding at or above --fail-on
     FINDINGS = 1  # findings at or above --fail-on
-    ERROR = 2  # usage error, bad configuration or rules, or an input that could not be read
+    ERROR = 2  # usage error, bad configuration or rules, an input that could not be read, output that could not be written
+    INTERNAL_ERROR = 3  # watch: the analysis stopped (a bug, or it fell behind); the log was still passed through whole
     INTERRUPTED = 130  # Ctrl-C (SIGINT)
     BROKEN_PIPE = 141  # the reader of stdout went away (SIGPIPE)
     TERMINATED = 143  # SIGTERM (watch prints its summary first)

@@ -29,7 +29,8 @@ def watch(follow: tuple[str, ...], from_end: bool, no_echo: bool, fmt: str, repe
     vllm serve ... 2>&1 | kvlogdiag watch
     kvlogdiag watch -f /var/log/vllm/server.log --no-echo --format json
 
-    Exit: 0/1 by --fail-on at end of input, 2 on bad options or an internal error, 130 after SIGINT,
+    Exit: 0/1 by --fail-on at end of input, 2 on bad options or when stdout cannot be written, 3 when the
+    analysis stopped at an internal error (the log was still passed through unchanged), 130 after SIGINT,
     143 after SIGTERM, 141 when the reader of stdout goes away.
     """
     if len(follow) > 1:
@@ -39,4 +40,5 @@ def watch(follow: tuple[str, ...], from_end: bool, no_echo: bool, fmt: str, repe
         err("--from-end needs --follow FILE")
         return int(ExitCode.ERROR)
     analyzer = build_analyzer(kw)
-    return watch_main(analyzer, follow=follow[0] if follow else None, from_end=from_end, echo=not no_echo, fmt=fmt, repeat_after=repeat_after)
+    return watch_main(analyzer, follow=follow[0] if follow else None, from_end=from_end, echo=not no_echo, fmt=fmt, repeat_after=repeat_after,
+                      hard_exit=True)

@@ -21,8 +21,11 @@ log has decided them. There is no second engine here — the analysis is ``analy
   preemptions, KVD013's peak) it is repeated at most once per ``--repeat-after`` seconds (at once when
   its severity rose), the latest version, pending repeats before each summary.
 
-Pass-through first, analysis after: each read is echoed before it is analysed, and an exception in the
-analysis is reported once and turns watch into ``cat`` (exit 2 at the end) instead of ending the pipe.
+Pass-through first, analysis beside it: each read is echoed on the reading thread, then handed to the
+analysis thread through a bounded queue (`Pipeline`), so a slow or stuck rule never delays the echo. An
+exception in the analysis is reported once and turns watch into ``cat`` (exit `ExitCode.INTERNAL_ERROR`,
+3, at the end) instead of ending the pipe; so does an analysis that falls `QUEUE_MAX_BYTES` behind a pipe.
+A signal that arrives while stdout's reader has stopped reading ends the blocked write (`_Signals`).
 
 `Watcher` is the engine; `run_stdin` and `run_follow` are the loops; `watch_main` takes options and file
 descriptors and returns the exit code (the click command is `kvlogdiag.cli.watch`).
@@ -39,7 +42,9 @@ import select
 import signal
 import stat
 import sys
+import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -53,8 +58,8 @@ from kvlogdiag.render.analysis import clean_json, error_lines, fmt_bpt, fmt_gib,
 from kvlogdiag.result import Analysis, Finding, InputAnalysis, KVCache, Severity
 from kvlogdiag.rules.engine import RuleLoadError
 
-__all__ = ["EVAL_EVERY_LINES", "Emitter", "FollowFile", "StdoutClosed", "Watcher", "pairing_complete", "run_follow",
-           "run_stdin", "watch_main"]
+__all__ = ["EVAL_EVERY_LINES", "Emitter", "FollowFile", "Pipeline", "StdoutClosed", "StdoutFailed", "Watcher",
+           "pairing_complete", "run_follow", "run_stdin", "watch_main"]
 
 READ_BYTES = 1 << 20  # largest single os.read
 EVAL_EVERY_LINES = 2000  # fed (candidate) lines between two evaluations while the input keeps coming
@@ -62,10 +67,22 @@ PARTIAL_FLUSH_S = 0.5  # a partial line (progress bar, prompt) is echoed after t
 ECHO_HOLD_MAX = 1 << 16  # ... or once it is longer than this
 FOLLOW_POLL_S = 0.1  # --follow: how often an idle file is checked for new data, truncation, rotation
 SIGNAL_GRACE_S = 1.0  # after SIGINT/SIGTERM: keep copying stdin until EOF for at most this long
+QUEUE_MAX_BYTES = 64 << 20  # input the analysis may lag behind the echo on a pipe before it is given up
+STUCK_S = 60.0  # at the end: an analysis step running this long is given up (a hang guard, not a budget)
+FINISH_AFTER_SIGNAL_S = 5.0  # after a signal: how long the summary may take before watch exits without it
+EMIT_LOCK_S = 2.0  # a stderr write waits this long for the other thread's write, then is dropped
 
 
 class StdoutClosed(KvlogdiagError):
     """The reader of stdout went away (EPIPE)."""
+
+
+class StdoutFailed(KvlogdiagError):
+    """Writing stdout failed otherwise (ENOSPC on ``> /dev/full``, EIO): a one-line error, exit 2."""
+
+
+class StdoutStalled(Exception):
+    """SIGINT/SIGTERM arrived while a write to stdout was blocked (its reader stopped reading)."""
 
 
 class _Stop(Exception):
@@ -100,6 +117,9 @@ class Emitter:
         self.stream = stream or sys.stderr
         self.broken = False
         self.console = None
+        # both threads print (the analysis its events, the reading side --follow notes and a stuck analysis):
+        # one lock, taken with a time limit so a stalled stderr cannot stall the pass-through
+        self.lock = threading.Lock()
         if fmt == "text":
             try:
                 tty = self.stream.isatty()
@@ -111,13 +131,15 @@ class Emitter:
                 self.console = Console(file=self.stream, highlight=False, soft_wrap=True)
 
     def _write(self, text: str) -> None:
-        if self.broken:
+        if self.broken or not self.lock.acquire(timeout=EMIT_LOCK_S):
             return
         try:
             self.stream.write(text)
             self.stream.flush()
         except (BrokenPipeError, OSError, ValueError):
             self.broken = True
+        finally:
+            self.lock.release()
 
     def json(self, obj: dict) -> None:
         self._write(_escape_json(json.dumps(clean_json(obj), ensure_ascii=False, allow_nan=False)) + "\n")
@@ -130,11 +152,15 @@ class Emitter:
             t = Text()
             for s, style in parts:
                 t.append("\n".join(_escape(x) for x in s.split("\n")), style=style)
+            if not self.lock.acquire(timeout=EMIT_LOCK_S):
+                return
             try:
                 self.console.print(t)
                 self.stream.flush()
             except (BrokenPipeError, OSError, ValueError):
                 self.broken = True
+            finally:
+                self.lock.release()
             return
         self._write("\n".join(_escape(x) for x in "".join(s for s, _ in parts).split("\n")) + "\n")
 
@@ -373,14 +399,24 @@ class Watcher:
         self.rule_error_seen: set[str] = set()
         self.fatal = False
         self.failed: str | None = None  # the internal error that stopped the analysis
+        self._fail_lock = threading.Lock()
+        self.signals: _Signals | None = None  # set by watch_main: a signal can end a blocked stdout write
 
     # -- bytes in --------------------------------------------------------------------------------
 
     def take(self, data: bytes) -> None:
-        """One read's worth of input: echo it first, then analyse it."""
+        """One read's worth of input: echo it first, then analyse it (both on this thread)."""
+        self.echo_bytes(data)
+        self.analyse_bytes(data)
+
+    def echo_bytes(self, data: bytes) -> None:
+        """The pass-through half of `take`: the bytes to stdout (complete lines now, a partial one later)."""
         self.last_input = self.clock()
         if self.echo:
             self._echo(data)
+
+    def analyse_bytes(self, data: bytes) -> None:
+        """The analysis half of `take`."""
         self._guard(self._feed_lines, lambda: self.lines.feed(data))
 
     def idle(self) -> None:
@@ -395,8 +431,14 @@ class Watcher:
 
     def end_of_part(self) -> None:
         """The input (or the followed file's current content) ended: its last partial line is complete."""
+        self.end_echo()
+        self.end_lines()
+
+    def end_echo(self) -> None:
         if self.echo:
             self.flush_partial_echo()
+
+    def end_lines(self) -> None:
         self._guard(self._feed_lines, self.lines.end)
 
     def restart(self, reason: str) -> None:
@@ -422,9 +464,16 @@ class Watcher:
             self._fail(exc)
 
     def _fail(self, exc: BaseException) -> None:
-        self.failed = f"{type(exc).__name__}: {exc}"
-        self.note(f"internal error at line {self.position:,} ({self.failed}); passing the log through unchanged",
-                  kind="error")
+        self.fail(f"{type(exc).__name__}: {exc}")
+
+    def fail(self, why: str) -> None:
+        """Stop the analysis for good (once, from either thread): one note, then watch is ``cat``."""
+        with self._fail_lock:
+            if self.failed is not None:
+                return
+            self.failed = why
+        self.note(f"internal error at line {self.position:,} ({why}); passing the log through unchanged",
+                  kind="internal_error")
 
     def _feed_lines(self, get: Callable[[], list[Line]]) -> None:
         for line in get():
@@ -496,9 +545,16 @@ class Watcher:
     def _write(self, data) -> None:
         fd = self.out_fd
         view = memoryview(data)
+        sig = self.signals
         while view:
             try:
+                # `writing` brackets only the system call: a signal that interrupts a write blocked on a
+                # stalled reader raises StdoutStalled out of it (see _Signals), no other code is cut short
+                if sig is not None:
+                    sig.writing = True
                 n = os.write(fd, view)
+                if sig is not None:
+                    sig.writing = False
             except BrokenPipeError:
                 raise StdoutClosed from None
             except BlockingIOError:
@@ -507,24 +563,42 @@ class Watcher:
             except OSError as exc:
                 if exc.errno in (errno.EPIPE, errno.EBADF):
                     raise StdoutClosed from None
-                raise
+                raise StdoutFailed(f"stdout: cannot write ({exc.strerror or exc})") from None
+            finally:
+                if sig is not None:
+                    sig.writing = False
             view = view[n:]
+
+    def stop_echo(self) -> None:
+        """stdout is stalled and a signal asked to stop: nothing more is written there."""
+        self.echo = False
+        self.echo_tail = b""
 
     # -- timers ----------------------------------------------------------------------------------
 
     def next_deadline(self) -> float | None:
         """When `tick` has something to do (monotonic time), or None."""
-        ds = []
-        if self.echo_tail:
-            ds.append(self.last_input + PARTIAL_FLUSH_S)
-        ds += [r.last_report + self.repeat_after for r in self.rates.values() if r.pending is not None]
+        ds = [d for d in (self.echo_deadline(), self.rate_deadline()) if d is not None]
+        return min(ds) if ds else None
+
+    def echo_deadline(self) -> float | None:
+        return self.last_input + PARTIAL_FLUSH_S if self.echo_tail else None
+
+    def rate_deadline(self) -> float | None:
+        ds = [r.last_report + self.repeat_after for r in list(self.rates.values()) if r.pending is not None]
         return min(ds) if ds else None
 
     def tick(self, now: float | None = None) -> None:
         """Run whatever is due: an idle partial line, rule findings whose repeat interval is over."""
         now = self.clock() if now is None else now
+        self.tick_echo(now)
+        self.tick_rates(now)
+
+    def tick_echo(self, now: float) -> None:
         if self.echo_tail and now >= self.last_input + PARTIAL_FLUSH_S:
             self.flush_partial_echo()
+
+    def tick_rates(self, now: float) -> None:
         if self.failed is None:
             for r in list(self.rates.values()):
                 if r.pending is not None and now >= r.last_report + self.repeat_after:
@@ -745,8 +819,9 @@ class Watcher:
         """Final evaluation, held-back findings, one ``final`` event per run, the summary; the exit code."""
         code: int
         if self.failed is not None:
-            code = signal_code if signal_code is not None else int(ExitCode.ERROR)
-            self.note(f"the analysis stopped at an internal error ({self.failed}); exit {code}", kind="error")
+            code = signal_code if signal_code is not None else int(ExitCode.INTERNAL_ERROR)
+            self.note(f"the analysis stopped at an internal error ({self.failed}); the log was passed through "
+                      f"unchanged; exit {code}", kind="error")
             return code
         try:
             self.position = max(self.position, self.lines.stats.lines)
@@ -777,6 +852,8 @@ class Watcher:
     def note(self, message: str, kind: str = "note") -> None:
         if self.emit.fmt == "json":
             self.emit.json({"event": "note", "kind": kind, "source": self.source, "message": message})
+        elif kind == "internal_error":  # the message says what it is: "internal error at line N (...)"
+            self.emit.text([("kvlogdiag: ", "dim"), (message, "bold red")])
         else:
             self.emit.text([("kvlogdiag: ", "dim"), (f"{kind.replace('_', ' ')}: " if kind != "note" else "note: ",
                                                     "bold red" if kind == "error" else "bold"), (message, None)])
@@ -786,10 +863,22 @@ class Watcher:
 
 
 class _Signals:
-    """SIGINT/SIGTERM set a flag and wake the select() through a self-pipe (no exception mid-write)."""
+    """SIGINT/SIGTERM set a flag and wake the select() through a self-pipe (no exception mid-read).
+
+    One exception: a signal that arrives while a write to stdout is blocked (``writing``; the reader of
+    stdout stopped reading, so the pipe is full) raises `StdoutStalled` out of the write, so watch can stop
+    instead of waiting for a reader that may never come back. A signal that lands just before such a write
+    blocks is re-delivered to the main thread every `KICK_S` while a write is still blocked (`_kick`)."""
+
+    KICK_S = 0.2
 
     def __init__(self) -> None:
         self.received: list[int] = []
+        self.writing = False
+        self.kicks = 0  # re-deliveries sent and not yet seen by the handler (they are not new signals)
+        self._kicker: threading.Thread | None = None
+        self._main = threading.main_thread().ident
+        self._closed = False
         self.r, self.w = os.pipe()
         os.set_blocking(self.r, False)
         os.set_blocking(self.w, False)
@@ -797,7 +886,30 @@ class _Signals:
         self.old = {s: signal.signal(s, self._handler) for s in (signal.SIGINT, signal.SIGTERM)}
 
     def _handler(self, signum, frame) -> None:  # noqa: ARG002
-        self.received.append(signum)
+        if self.kicks:
+            self.kicks -= 1
+        else:
+            self.received.append(signum)
+            if self._kicker is None:
+                self._kicker = threading.Thread(target=self._kick, args=(signum,), daemon=True)
+                self._kicker.start()
+        if self.writing:
+            self.writing = False
+            raise StdoutStalled(signum)
+
+    def _kick(self, signum: int) -> None:
+        while not self._closed:
+            time.sleep(self.KICK_S)
+            if self.writing and not self._closed and self._main is not None:
+                self.kicks += 1
+                signal.pthread_kill(self._main, signum)
+
+    def wake(self) -> None:
+        """Wake the reading side's select() (the analysis thread stopped)."""
+        try:
+            os.write(self.w, b"\0")
+        except OSError:
+            pass
 
     def drain(self) -> None:
         try:
@@ -807,6 +919,7 @@ class _Signals:
             pass
 
     def restore(self) -> None:
+        self._closed = True
         for s, h in self.old.items():
             signal.signal(s, h)
         signal.set_wakeup_fd(self.old_wakeup)
@@ -837,7 +950,7 @@ def _ready(fd: int) -> bool:
         return False
 
 
-def _read_batch(fd: int, w: Watcher) -> tuple[bytes, bool, bool]:
+def _read_batch(fd: int, w: Pipeline) -> tuple[bytes, bool, bool]:
     """What ``fd`` has now, up to READ_BYTES: one read, plus more while more is ready at once (a fast
     writer then gives large chunks). (data, eof, more ready)."""
     parts: list[bytes] = []
@@ -859,40 +972,224 @@ def _read_batch(fd: int, w: Watcher) -> tuple[bytes, bool, bool]:
     return (parts[0] if len(parts) == 1 else b"".join(parts)), False, True
 
 
-def run_stdin(w: Watcher, in_fd: int, sig: _Signals) -> int:
+class _Feed:
+    """The bounded hand-over from the reading side to the analysis thread: items, each with a byte size."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.items: deque[tuple[tuple[str, Any], int]] = deque()
+        self.size = 0
+        self.cv = threading.Condition()
+
+    def put(self, item: tuple[str, Any], size: int = 0, wait: Callable[[], bool] | None = None) -> bool:
+        """Queue ``item``. Data that does not fit: False at once (``wait`` None), or wait while ``wait()``."""
+        with self.cv:
+            while size and self.size and self.size + size > self.limit:
+                if wait is None or not wait():
+                    return False
+                self.cv.wait(0.1)
+            if item[0] == "idle" and self.items and self.items[-1][0][0] == "idle":
+                return True  # one pending "input went quiet" is as good as two
+            self.items.append((item, size))
+            self.size += size
+            self.cv.notify_all()
+            return True
+
+    def get(self, timeout: float | None) -> tuple[str, Any] | None:
+        with self.cv:
+            if not self.items:
+                self.cv.wait(timeout)
+                if not self.items:
+                    return None
+            item, size = self.items.popleft()
+            self.size -= size
+            self.cv.notify_all()
+            return item
+
+    def more(self) -> bool:
+        return bool(self.items)
+
+    def drop_data(self) -> None:
+        """The analysis is given up: free the bytes it will never read."""
+        with self.cv:
+            self.items = deque(x for x in self.items if x[0][0] != "data")
+            self.size = 0
+            self.cv.notify_all()
+
+
+class Pipeline:
+    """What the reading loops drive: the echo on the calling thread, the analysis on a thread of its own.
+
+    The reading side never waits for the analysis. Reads are handed over through `_Feed`; when the input
+    is a pipe or a terminal (a server writes into it) and the analysis falls more than `QUEUE_MAX_BYTES`
+    behind, the analysis is given up (one note, exit `ExitCode.INTERNAL_ERROR` at the end) and the bytes
+    keep flowing. From a regular file (``watch < file``, ``--follow``) nobody is stalled by waiting, so
+    the reading side waits for the analysis instead and every line is analysed. An exception in the
+    analysis is caught on its thread (`Watcher.fail`); at the end, an analysis step that has been running
+    for `STUCK_S` (or `FINISH_AFTER_SIGNAL_S` after a signal) is given up."""
+
+    def __init__(self, w: Watcher, sig: _Signals, wait_when_full: bool):
+        self.w = w
+        self.sig = sig
+        self.wait_when_full = wait_when_full
+        self.feed = _Feed(QUEUE_MAX_BYTES)
+        self.result: int | None = None
+        self.stop: int | None = None  # the analysis ended the watch (--strict-rules): this exit code
+        self.busy_since: float | None = None  # when the analysis step now running began
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="kvlogdiag-analysis", daemon=True)
+        self.thread.start()
+
+    # -- the reading side ----------------------------------------------------------------------------
+
+    def take(self, data: bytes) -> None:
+        w = self.w
+        w.echo_bytes(data)
+        if w.failed is not None:
+            return
+        wait = (lambda: not self.sig.received and self.stop is None) if self.wait_when_full else None
+        if not self.feed.put(("data", data), len(data), wait) and not self.wait_when_full:
+            self.feed.drop_data()
+            w.fail(f"the analysis fell more than {QUEUE_MAX_BYTES >> 20} MiB behind the input")
+
+    def idle(self) -> None:
+        self.feed.put(("idle", None))
+
+    def end_of_part(self) -> None:
+        self.w.end_echo()
+        self.feed.put(("end", None))
+
+    def restart(self, reason: str) -> None:
+        self.feed.put(("restart", reason))
+
+    def note(self, message: str, kind: str = "note") -> None:
+        self.w.note(message, kind)
+
+    def tick(self) -> None:
+        self.w.tick_echo(self.w.clock())
+
+    def next_deadline(self) -> float | None:
+        return self.w.echo_deadline()
+
+    def stop_echo(self) -> None:
+        self.w.stop_echo()
+
+    def finish(self, reason: str, signal_code: int | None = None) -> int:
+        """Hand the end over to the analysis and wait for its exit code (see the class for the limits)."""
+        self.feed.put(("finish", (reason, signal_code)))
+        signals = len(self.sig.received)
+        until = time.monotonic() + FINISH_AFTER_SIGNAL_S if signal_code is not None else None
+        while not self.done.wait(0.1):
+            now = time.monotonic()
+            busy = self.busy_since
+            why = None
+            if len(self.sig.received) > signals:
+                why = "a second signal"
+            elif until is not None and now >= until:
+                why = f"a signal, and the summary took longer than {FINISH_AFTER_SIGNAL_S:g} s"
+            elif busy is not None and now - busy >= STUCK_S:
+                why = f"one analysis step has run for {STUCK_S:g} s"
+            if why is not None:
+                code = signal_code if signal_code is not None else int(ExitCode.INTERNAL_ERROR)
+                self.w.fail(f"the analysis did not finish: {why}")
+                self.w.note(f"no summary: the analysis did not finish; exit {code}", kind="error")
+                return code
+        if self.stop is not None:
+            return self.stop
+        return int(ExitCode.INTERNAL_ERROR) if self.result is None else self.result
+
+    @property
+    def stuck(self) -> bool:
+        return not self.done.is_set()
+
+    # -- the analysis thread ------------------------------------------------------------------------
+
+    def _step(self, fn: Callable[..., Any], *args: Any) -> None:
+        try:
+            fn(*args)
+        except _Stop:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the pass-through must outlive any analysis bug
+            self.w._fail(exc)
+
+    def _run(self) -> None:
+        w = self.w
+        try:
+            while True:
+                due = w.rate_deadline()
+                item = self.feed.get(None if due is None else max(0.0, due - w.clock()))
+                self.busy_since = time.monotonic()
+                if item is not None:
+                    kind, arg = item
+                    if kind == "finish":
+                        try:
+                            self.result = w.finish(*arg)
+                        except _Stop:
+                            raise
+                        except Exception as exc:  # noqa: BLE001 - a renderer bug in the summary
+                            w._fail(exc)
+                            self.result = w.finish(*arg)
+                        return
+                    if kind == "data":
+                        self._step(w.analyse_bytes, arg)
+                    elif kind == "idle" and not self.feed.more():  # more input queued: it is not quiet
+                        self._step(w.idle)
+                    elif kind == "end":
+                        self._step(w.end_lines)
+                    elif kind == "restart":
+                        self._step(w.restart, arg)
+                self._step(w.tick_rates, w.clock())
+                self.busy_since = None
+        except _Stop as stop:
+            self.stop = stop.code
+            self.sig.wake()
+        except BaseException as exc:  # noqa: BLE001 - e.g. MemoryError: still never the pass-through's end
+            self.w.fail(f"{type(exc).__name__}: {exc}")
+        finally:
+            self.busy_since = None
+            self.done.set()
+
+
+def run_stdin(w: Pipeline, in_fd: int, sig: _Signals) -> int:
     _grow_pipe(in_fd)
     stop_at: float | None = None
     stop_sig: int | None = None
-    while True:
-        now = w.clock()
-        deadline = w.next_deadline()
-        if stop_at is not None:
-            deadline = stop_at if deadline is None else min(deadline, stop_at)
-        timeout = None if deadline is None else max(0.0, deadline - now)
-        try:
-            ready, _, _ = select.select([in_fd, sig.r], [], [], timeout)
-        except ValueError:  # fd closed under us
-            ready = [in_fd]
-        if sig.r in ready:
-            sig.drain()
-        if sig.received:
-            if stop_sig is not None and len(sig.received) > 1:
-                break  # second signal: stop now
-            if stop_sig is None:
-                stop_sig = sig.received[0]
-                stop_at = w.clock() + SIGNAL_GRACE_S
-        if in_fd in ready:
-            data, eof, more = _read_batch(in_fd, w)
-            if data:
-                w.take(data)
-            if eof:
-                w.end_of_part()
+    try:
+        while w.stop is None:
+            now = w.w.clock()
+            deadline = w.next_deadline()
+            if stop_at is not None:
+                deadline = stop_at if deadline is None else min(deadline, stop_at)
+            timeout = None if deadline is None else max(0.0, deadline - now)
+            try:
+                ready, _, _ = select.select([in_fd, sig.r], [], [], timeout)
+            except ValueError:  # fd closed under us
+                ready = [in_fd]
+            if sig.r in ready:
+                sig.drain()
+            if sig.received:
+                if stop_sig is not None and len(sig.received) > 1:
+                    break  # second signal: stop now
+                if stop_sig is None:
+                    stop_sig = sig.received[0]
+                    stop_at = w.w.clock() + SIGNAL_GRACE_S
+            if in_fd in ready:
+                data, eof, more = _read_batch(in_fd, w)
+                if data:
+                    w.take(data)
+                if eof:
+                    w.end_of_part()
+                    break
+                if not more:
+                    w.idle()
+            w.tick()
+            if stop_at is not None and w.w.clock() >= stop_at:
                 break
-            if not more:
-                w.idle()
-        w.tick()
-        if stop_at is not None and w.clock() >= stop_at:
-            break
+    except StdoutStalled as stalled:
+        w.stop_echo()
+        stop_sig = stop_sig or stalled.args[0]
+    if w.stop is not None:
+        return w.stop
     if stop_sig is not None:
         w.end_of_part()
         reason, code = _signal_exit(stop_sig)
@@ -900,52 +1197,71 @@ def run_stdin(w: Watcher, in_fd: int, sig: _Signals) -> int:
     return w.finish("eof")
 
 
-def run_follow(w: Watcher, src: FollowFile, sig: _Signals) -> int:
-    while True:
-        if sig.received:
-            break
-        data = src.read()
-        if data:
-            w.take(data)
+def run_follow(w: Pipeline, src: FollowFile, sig: _Signals) -> int:
+    try:
+        while w.stop is None:
+            if sig.received:
+                break
+            data = src.read()
+            if data:
+                w.take(data)
+                w.tick()
+                continue
+            what, rest = src.check()
+            if rest:
+                w.take(rest)
+                continue
+            if what in ("truncated", "rotated"):
+                w.end_of_part()
+                w.note(f"{src.path}: {'truncated; reading from the start' if what == 'truncated' else 'replaced (rotated); following the new file'}")
+                w.restart(what)
+                continue
+            if what == "appeared":
+                continue
+            w.idle()
             w.tick()
-            continue
-        what, rest = src.check()
-        if rest:
-            w.take(rest)
-            continue
-        if what in ("truncated", "rotated"):
-            w.end_of_part()
-            w.note(f"{src.path}: {'truncated; reading from the start' if what == 'truncated' else 'replaced (rotated); following the new file'}")
-            w.restart(what)  # type: ignore[arg-type]
-            continue
-        if what == "appeared":
-            continue
-        w.idle()
-        w.tick()
-        now = w.clock()
-        deadline = w.next_deadline()
-        timeout = FOLLOW_POLL_S if deadline is None else max(0.0, min(FOLLOW_POLL_S, deadline - now))
-        ready, _, _ = select.select([sig.r], [], [], timeout)
-        if ready:
-            sig.drain()
-    # a signal: take what the file holds now, then stop
-    while True:
-        data = src.read()
-        if not data:
-            break
-        w.take(data)
+            now = w.w.clock()
+            deadline = w.next_deadline()
+            timeout = FOLLOW_POLL_S if deadline is None else max(0.0, min(FOLLOW_POLL_S, deadline - now))
+            ready, _, _ = select.select([sig.r], [], [], timeout)
+            if ready:
+                sig.drain()
+        if w.stop is not None:
+            return w.stop
+        # a signal: take what the file holds now, then stop
+        while True:
+            data = src.read()
+            if not data:
+                break
+            w.take(data)
+    except StdoutStalled:
+        w.stop_echo()
     w.end_of_part()
     reason, code = _signal_exit(sig.received[0])
     return w.finish(reason, code)
 
 
+def _waits_for_analysis(fd: int) -> bool:
+    """A regular file on stdin: nobody writes into it, so reading may wait for the analysis."""
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode)
+    except OSError:
+        return False
+
+
 def watch_main(analyzer: Analyzer, *, follow: str | None = None, from_end: bool = False, echo: bool = True,
                fmt: str = "text", repeat_after: float = 300.0, in_fd: int | None = None, out_fd: int = 1,
-               err_stream: io.TextIOBase | None = None) -> int:
-    """Run watch over stdin (or ``in_fd``) or a followed file; returns the exit code (`ExitCode` values)."""
+               err_stream: io.TextIOBase | None = None, hard_exit: bool = False) -> int:
+    """Run watch over stdin (or ``in_fd``) or a followed file; returns the exit code (`ExitCode` values).
+
+    ``hard_exit``: when the analysis thread is still running at the end (stuck), leave with ``os._exit``
+    — a daemon thread blocked inside a stderr write could otherwise abort the interpreter's shutdown."""
     emitter = Emitter(fmt, err_stream)
     w = Watcher(analyzer, emitter, echo=echo, repeat_after=repeat_after, source=follow or "-", out_fd=out_fd)
     sig = _Signals()
+    w.signals = sig
+    pipe: Pipeline | None = None
+    code = int(ExitCode.ERROR)
     try:
         if follow:
             try:
@@ -955,8 +1271,10 @@ def watch_main(analyzer: Analyzer, *, follow: str | None = None, from_end: bool 
                 return int(ExitCode.ERROR)
             # the rules must know the start was skipped on purpose (KVD017 says so instead of 'incomplete')
             analyzer.options.skipped_start_bytes = src.skipped_bytes or None
+            pipe = Pipeline(w, sig, wait_when_full=True)
             try:
-                return run_follow(w, src, sig)
+                code = run_follow(pipe, src, sig)
+                return code
             except OSError as exc:
                 w.note(f"{follow}: {exc.strerror or exc}", kind="error")
                 return int(ExitCode.ERROR)
@@ -968,11 +1286,22 @@ def watch_main(analyzer: Analyzer, *, follow: str | None = None, from_end: bool 
                 os.fstat(in_fd)
             except (AttributeError, ValueError, OSError):  # stdin closed (`<&-`): an empty input
                 in_fd = os.open(os.devnull, os.O_RDONLY)
-        return run_stdin(w, in_fd, sig)
+        pipe = Pipeline(w, sig, wait_when_full=_waits_for_analysis(in_fd))
+        code = run_stdin(pipe, in_fd, sig)
+        return code
     except StdoutClosed:
         quiet_stdout()
-        return int(ExitCode.BROKEN_PIPE)
-    except _Stop as stop:
-        return stop.code
+        code = int(ExitCode.BROKEN_PIPE)
+        return code
+    except StdoutFailed as exc:
+        w.note(str(exc), kind="error")
+        code = int(ExitCode.ERROR)
+        return code
     finally:
         sig.restore()
+        if hard_exit and pipe is not None and pipe.stuck:
+            try:
+                sys.stdout.flush()
+            except (OSError, ValueError):
+                pass
+            os._exit(code)
