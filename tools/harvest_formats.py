@@ -85,7 +85,7 @@ FACT_KEYWORDS: dict[str, tuple[str, ...]] = {
 }
 
 _PCT = re.compile(r"%(?:\((?P<key>\w+)\))?(?P<flags>[-#0 +]*)(?P<width>\*|\d+)?(?:\.(?P<prec>\*|\d+))?[hlL]?(?P<type>[diouxXeEfFgGcrsa%])")
-_VERSION_FILE = re.compile(r"^(?P<pkg>vllm|vllm[_-]ascend)-(?P<ver>\d[\w.+]*?)\.(?:tar\.gz|zip)$", re.I)
+_VERSION_FILE = re.compile(r"^(?P<pkg>vllm|vllm[_-]ascend)-(?P<ver>\d[\w.+]*?)(?:\.(?P<sdist>tar\.gz|zip)|-[\w.]+-[\w.]+-[\w.]+\.whl)$", re.I)
 
 
 def _vkey(ver: str) -> tuple:
@@ -330,9 +330,13 @@ def messages(tree: ast.AST):
 
 
 def _members(path: Path):
-    """(relative path inside the package, source bytes) of every package .py file of an sdist."""
+    """(relative path inside the package, source bytes) of every package .py file of an sdist (or of
+    the wheel of a release published without one)."""
     want = re.compile(r"^[^/]+/((?:vllm|vllm_ascend)/.+\.py)$")
-    if path.name.endswith(".zip"):
+    if path.name.endswith(".whl"):
+        # a wheel holds the package at its root (and never the tests): the same modules as the sdist
+        want = re.compile(r"^((?:vllm|vllm_ascend)/.+\.py)$")
+    if path.name.endswith((".zip", ".whl")):
         with zipfile.ZipFile(path) as zf:
             for name in zf.namelist():
                 m = want.match(name)
@@ -358,7 +362,9 @@ def select_sdists(folder: Path, every: bool = False) -> list[tuple[str, str, Pat
         pkg = "vllm-ascend" if "ascend" in m.group("pkg").lower() else "vllm"
         ver = m.group("ver")
         key = (pkg, ver if every else _minor(ver))
-        if key not in found or _vkey(ver) > _vkey(found[key][0]):
+        # the sdist of a release wins over its wheel; a wheel stands in only for a release without sdist
+        rank = (_vkey(ver), m.group("sdist") is not None)
+        if key not in found or rank > (_vkey(found[key][0]), _VERSION_FILE.match(found[key][1].name).group("sdist") is not None):
             found[key] = (ver, p)
     out = [(pkg, ver, p) for (pkg, _), (ver, p) in found.items()]
     return sorted(out, key=lambda t: (t[0], _vkey(t[1])))
@@ -504,9 +510,14 @@ def download(folder: Path, jobs: int = 3, log=print) -> None:
             pkg, ver = item
             r = subprocess.run([sys.executable, "-m", "pip", "download", f"{pkg}=={ver}", "--no-deps", "--no-binary", ":all:",
                                 "--no-build-isolation", "-d", str(folder)], capture_output=True, text=True, env=env)
-            # some releases have wheels only (vllm 0.15.x): reported, not fatal
+            how = "sdist"
+            if r.returncode != 0:
+                # vllm 0.15.x was published as wheels only: its wheel carries the same Python modules
+                how = "wheel (no sdist on the index)"
+                r = subprocess.run([sys.executable, "-m", "pip", "download", f"{pkg}=={ver}", "--no-deps", "--only-binary",
+                                    ":all:", "-d", str(folder)], capture_output=True, text=True)
             tail = (r.stderr.strip().splitlines() or ["failed"])[-1]
-            log(f"{pkg} {ver}: " + ("ok" if r.returncode == 0 else "not downloaded: " + tail))
+            log(f"{pkg} {ver}: " + (f"ok, {how}" if r.returncode == 0 else "not downloaded: " + tail))
 
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             list(pool.map(one, todo))

@@ -262,9 +262,13 @@ pat("block_size_set", "all (backend overrides, vLLM-Ascend)", ("block size to", 
     [("INFO 11-29 08:41:00 [cuda.py:200] Setting kv cache block size to 64 for FlashMLA backend(s).", {"a": "64"}),
      ("INFO 09-01 10:00:00 [config.py:100] Setting attention block size to 528 tokens to ensure that attention page size is >= mamba page size.", {"c": "528"}),
      ("WARNING 08-20 10:10:02 [platform.py:300] For deepseek_v4 model, block size should be 32, 64 or 128. Setting block size to 32 for better performance.", {"f": "32"})])
-pat("api_server_count_default", ">=0.2x with DP (API server count follows the DP size)", "Defaulting api_server_count to data_parallel_size",
-    r"Defaulting api_server_count to data_parallel_size \((?P<dp>\d+)\)",
-    [("(APIServer pid=1) INFO 11-01 10:00:00 [api_server.py:1900] Defaulting api_server_count to data_parallel_size (8).", {"dp": "8"})])
+pat("api_server_count_default", ">=0.2x with DP (API server count follows the DP size; hybrid LB >=0.14: the local DP size)",
+    "Defaulting api_server_count to data_parallel_size",
+    r"Defaulting api_server_count to data_parallel_size(?P<local>_local)? \((?P<dp>\d+)\)",
+    [("(APIServer pid=1) INFO 11-01 10:00:00 [api_server.py:1900] Defaulting api_server_count to data_parallel_size (8).", {"dp": "8", "local": None}),
+     # vllm 0.33.0 vllm/entrypoints/cli/serve.py:119 (since 0.14.1): the value is args.data_parallel_size_local
+     ("(APIServer pid=1) INFO 11-01 10:00:00 [serve.py:119] Defaulting api_server_count to data_parallel_size_local (4) for hybrid LB mode.",
+      {"dp": "4", "local": "_local"})])
 pat("using_max_model_len", "0.10-0.17", "Using max model len",
     r"Using max model len (?P<n>\d+)",
     [("(APIServer pid=508613) INFO 03-08 08:22:23 [model.py:1554] Using max model len 4096", {"n": "4096"})])
@@ -315,9 +319,13 @@ pat("memory_profiling_error", "all (GiB in V1; bytes in V0 0.7-0.10, XPU, vLLM-A
      ("AssertionError: Error in memory profiling. This happens when the GPU memory was not properly cleaned up before initializing the vLLM instance.",
       {"initial": None})])
 pat("cpu_worker_over_budget", "CPU backend >=0.20", "of CPU memory reserved for it",
-    r"The worker already uses (?P<used>[\d.]+) GiB .*?more than the (?P<reserved>[\d.]+) GiB of CPU memory reserved for it",
+    r"The worker already uses (?P<used>[\d.]+) GiB .*?more than the (?P<reserved>[\d.]+) GiB of CPU memory reserved for it"
+    r"(?: on node (?P<node>\d+))?(?:.*?increase `--gpu-memory-utilization` to more than (?P<util>[\d.]+))?",
     [("ValueError: The worker already uses 5.2 GiB (model weights and runtime), more than the 4.0 GiB of CPU memory reserved for it on node 0, increase",
-      {"used": "5.2", "reserved": "4.0"})])
+      {"used": "5.2", "reserved": "4.0", "node": "0", "util": None}),
+     # vllm 0.33.0 vllm/v1/worker/cpu_worker.py:229 (ValueError): reserved = total x --gpu-memory-utilization (:80)
+     ("ValueError: The worker already uses 21.07 GiB (model weights and runtime), more than the 12.6 GiB of CPU memory reserved for it on node 0, leaving none for the KV cache. On the CPU backend, the `--gpu-memory-utilization` flag controls the fraction of CPU memory reserved (despite its name). To resolve: increase `--gpu-memory-utilization` to more than 0.51, or set the KV cache size explicitly with `--kv-cache-memory-bytes` or VLLM_CPU_KVCACHE_SPACE.",
+      {"used": "21.07", "reserved": "12.6", "node": "0", "util": "0.51"})])
 pat("engine_failed", "V1", ("EngineCore failed to start", "Engine core initialization failed"),
     r"(?P<what>EngineCore failed to start|Engine core initialization failed)",
     [("ERROR 07-03 14:19:41 [core.py:718] EngineCore failed to start.", {"what": "EngineCore failed to start"})])
@@ -490,6 +498,40 @@ pat("cpu_kv_over_available", "CPU backend 0.20+ (explicit KV size larger than th
     [("ValueError: Available memory on node 0 (10.0/18.0 GiB) on kv cache allocation is less than requested memory for kv (12.0 GiB). Decrease --kv-cache-memory-bytes, VLLM_CPU_KVCACHE_SPACE, or reduce CPU memory used by other processes.",
       {"node": "0", "avail": "10.0", "total": "18.0", "gib": "12.0"})],
     doc="The CPU backend refuses to start: the KV size asked for does not fit in the node's free memory.")
+
+pat("xpu_profile_before", "XPU V1 0.9-0.15 (MB = MiB)", "Before memory profiling run, total GPU memory: ",
+    r"Before memory profiling run, total GPU memory: (?P<total>[\d.]+) MB, model load takes (?P<weights>[\d.]+) MB, free gpu memory is (?P<free>[\d.]+) MB",
+    # vllm 0.14.1 vllm/v1/worker/xpu_worker.py:90 (figures are bytes / 1024**2, :85-88)
+    [("(EngineCore_DP0 pid=123) INFO 01-20 10:00:00 [xpu_worker.py:90] Before memory profiling run, total GPU memory: 65536.00 MB, model load takes 15307.52 MB, free gpu memory is 49152.00 MB.",
+      {"total": "65536.00", "weights": "15307.52", "free": "49152.00"})],
+    doc="XPU's memory summary before profiling: device total and what the loaded model allocated.")
+pat("xpu_profile_after", "XPU V1 0.9-0.15 (MB = MiB)", "After memory profiling run, peak memory usage is ",
+    r"After memory profiling run, peak memory usage is (?P<peak>[\d.]+) MB, ?torch mem is (?P<torch>[\d.]+) MB, non-torch mem is (?P<non_torch>-?[\d.]+) MB, free gpu memory is (?P<free>[\d.]+) MB",
+    # vllm 0.14.1 vllm/v1/worker/xpu_worker.py:126; KV memory = total x utilization - peak (:115), so peak is all non-KV memory
+    [("(EngineCore_DP0 pid=123) INFO 01-20 10:00:00 [xpu_worker.py:126] After memory profiling run, peak memory usage is 17408.25 MB,torch mem is 15360.00 MB, non-torch mem is 512.00 MB, free gpu memory is 48000.00 MB.",
+      {"peak": "17408.25", "torch": "15360.00", "non_torch": "512.00", "free": "48000.00"})],
+    doc="XPU's profiling result: the peak (everything but the KV cache) and its non-torch part.")
+
+# vllm_hpu_extension's format_bytes (profiler.py): 4 significant digits and a binary unit, "43.5 GiB", "512 MiB", "980 B"
+_HPU_BYTES = r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)? (?:[KMGT]i)?B"
+pat("hpu_memory_summary", "HPU (Gaudi) V0 0.6.6-0.9", "reserved for HPUGraphs",
+    r"Free device memory: (?P<free>" + _HPU_BYTES + r"), (?P<usable>" + _HPU_BYTES + r") usable \(gpu_memory_utilization=(?P<util>[\d.]+)\), "
+    r"(?P<graphs>" + _HPU_BYTES + r") reserved for HPUGraphs \(VLLM_GRAPH_RESERVED_MEM=(?P<graph_frac>[\d.]+)\), (?P<kv>" + _HPU_BYTES + r") reserved for KV cache",
+    # vllm 0.9.2 vllm/worker/hpu_worker.py:243: KV = free x utilization x (1 - VLLM_GRAPH_RESERVED_MEM), blocks = KV // block bytes
+    [("INFO 06-04 01:18:30 hpu_worker.py:243] Free device memory: 62.53 GiB, 56.28 GiB usable (gpu_memory_utilization=0.9), 5.628 GiB reserved for HPUGraphs (VLLM_GRAPH_RESERVED_MEM=0.1), 50.65 GiB reserved for KV cache",
+      {"free": "62.53 GiB", "usable": "56.28 GiB", "util": "0.9", "graphs": "5.628 GiB", "graph_frac": "0.1", "kv": "50.65 GiB"})],
+    doc="The HPU worker's KV budget: what it reserved for the KV cache out of the free device memory.")
+pat("hpu_weights_summary", "HPU (Gaudi) V0 0.6.6-0.9", "Loading model weights took in total ",
+    r"Loading model weights took in total (?P<device>" + _HPU_BYTES + r") of device memory",
+    # vllm 0.9.2 vllm/worker/hpu_model_runner.py:652 (vllm_hpu_extension HabanaMemoryProfiler.get_summary_string: consumed device memory first)
+    [("INFO 06-04 01:17:02 hpu_model_runner.py:652] Loading model weights took in total 15.02 GiB of device memory (15.3 GiB/94.62 GiB used) and 1.137 GiB of host memory (89.4 GiB/1007 GiB used)",
+      {"device": "15.02 GiB"})],
+    doc="The memory the HPU model runner's weight load took (the V0 'Loading model weights took' of CUDA).")
+pat("prefix_hit_rate_line", "V0 0.5.x (own line after the stats line; later releases put it in the stats line)", "Prefix cache hit rate: GPU: ",
+    r"Prefix cache hit rate: GPU: (?P<gpu>-?[\d.]+)%, CPU: (?P<cpu>-?[\d.]+)%",
+    # vllm 0.5.5 vllm/engine/metrics.py:367
+    [("INFO 08-30 10:00:10 metrics.py:367] Prefix cache hit rate: GPU: 45.26%, CPU: 0.00%", {"gpu": "45.26", "cpu": "0.00"})],
+    doc="The GPU prefix-cache hit rate of 0.5.x, printed on its own line.")
 
 # sub-fields of the stats line tail, parsed only when a stats line matched
 STATS_TAIL = re.compile(

@@ -85,6 +85,22 @@ def _float(text: str | None) -> float | None:
     return v if math.isfinite(v) else None
 
 
+def _div(v: float | None, by: float) -> float | None:
+    return None if v is None else v / by
+
+
+_UNIT_GIB = {"B": 2.0**-30, "KiB": 2.0**-20, "MiB": 2.0**-10, "GiB": 1.0, "TiB": 1024.0}
+
+
+def _gib_of(text: str | None) -> float | None:
+    """vllm_hpu_extension's format_bytes text ("43.5 GiB", "512 MiB", "980 B") in GiB."""
+    if not text:
+        return None
+    num, _, unit = text.partition(" ")
+    v = _float(num)
+    return None if v is None or unit not in _UNIT_GIB else v * _UNIT_GIB[unit]
+
+
 def dp_of_rank(rank: str | None) -> int:
     """Data-parallel group of a process prefix: ``Worker_DP1_TP3`` → 1, ``EngineCore_DP2`` → 2."""
     if not rank:
@@ -693,7 +709,9 @@ class Extractor:
                 return
 
     def _h_api_server_count_default(self, m, line, fact):
-        self._config("data_parallel_size", fact, _int(m.group("dp")), "using_max_model_len")
+        # hybrid LB mode defaults to the node's local DP size, not the DP size (vllm/entrypoints/cli/serve.py)
+        key = "data_parallel_size_local" if m.group("local") else "data_parallel_size"
+        self._config(key, fact, _int(m.group("dp")), "using_max_model_len")
 
     def _h_using_max_model_len(self, m, line, fact):
         self._config("max_model_len", fact, _int(m.group("n")), "using_max_model_len")
@@ -777,7 +795,9 @@ class Extractor:
         self._event("memory_profiling_error", fact)
 
     def _h_cpu_worker_over_budget(self, m, line, fact):
-        self._event("cpu_worker_over_budget", fact)
+        self._event("cpu_worker_over_budget", self._with(fact, {
+            "used_gib": _float(m.group("used")), "reserved_gib": _float(m.group("reserved")),
+            "node": _int(m.group("node")), "utilization_to_exceed": _float(m.group("util"))}))
 
     def _h_engine_failed(self, m, line, fact):
         self._event("engine_failed", fact)
@@ -973,3 +993,26 @@ class Extractor:
         self._memory("weights_gib", fact, _float(m.group("weights")))
         self._memory("non_torch_gib", fact, _float(m.group("non_torch")))
         self._memory("activation_peak_gib", fact, _float(m.group("peak")))
+
+    def _h_xpu_profile_before(self, m, line, fact):
+        mib = 1024.0  # xpu_worker prints bytes / 1024**2 as "MB"
+        self._memory("total_gib", fact, _div(_float(m.group("total")), mib))
+        self._memory("weights_gib", fact, _div(_float(m.group("weights")), mib))
+
+    def _h_xpu_profile_after(self, m, line, fact):
+        mib = 1024.0
+        self._memory("non_kv_gib", fact, _div(_float(m.group("peak")), mib))
+        self._memory("non_torch_gib", fact, _div(_float(m.group("non_torch")), mib))
+
+    def _h_hpu_memory_summary(self, m, line, fact):
+        self._config("gpu_memory_utilization", fact, _float(m.group("util")), "hpu_memory_summary")
+        self._budget(fact, "hpu_profile", _gib_of(m.group("kv")))
+        self.facts.platform.append(self._with(fact, "hpu", "hpu_memory_summary"))
+
+    def _h_hpu_weights_summary(self, m, line, fact):
+        self._memory("weights_gib", fact, _gib_of(m.group("device")))
+
+    def _h_prefix_hit_rate_line(self, m, line, fact):
+        hit = _float(m.group("gpu"))
+        if hit is not None and hit >= 0:  # vLLM reports -1 (printed -100.00) when it has no figure
+            self.facts.stats.prefix_hit_last = hit
