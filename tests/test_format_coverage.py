@@ -199,3 +199,30 @@ def test_hpu_format_bytes_rendering():
     assert cov.format_bytes(512 * 2**20) == "512 MiB"
     assert cov.format_bytes(int(43.5 * 2**30)) == "43.5 GiB"
     assert cov.format_bytes(1024) == "1024 B"  # divided only while larger than 1024
+
+
+def test_harvest_reads_a_wheel_only_for_a_release_without_sdist(tmp_path):
+    """vLLM 0.15.x has no sdist on PyPI: its wheel stands in, but never over a release's own sdist."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "tools" / "harvest_formats.py"
+    spec = importlib.util.spec_from_file_location("harvest_formats", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    for name in ("vllm-0.14.1.tar.gz", "vllm-0.14.1-cp38-abi3-manylinux_2_31_x86_64.whl",
+                 "vllm-0.15.0.tar.gz", "vllm-0.15.1-cp38-abi3-manylinux_2_31_x86_64.whl",
+                 "vllm_ascend-0.13.0.tar.gz", "notes.txt"):
+        (tmp_path / name).write_bytes(b"")
+    chosen = {(pkg, ver): p.name for pkg, ver, p in mod.select_sdists(tmp_path)}
+    assert chosen == {("vllm", "0.14.1"): "vllm-0.14.1.tar.gz",
+                      ("vllm", "0.15.1"): "vllm-0.15.1-cp38-abi3-manylinux_2_31_x86_64.whl",
+                      ("vllm-ascend", "0.13.0"): "vllm_ascend-0.13.0.tar.gz"}
+    import zipfile
+
+    whl = tmp_path / "vllm-0.15.1-cp38-abi3-manylinux_2_31_x86_64.whl"
+    with zipfile.ZipFile(whl, "w") as zf:
+        zf.writestr("vllm/v1/worker/xpu_worker.py", "logger.info('GPU KV cache size: %s tokens', n)\n")
+        zf.writestr("vllm-0.15.1.dist-info/METADATA", "Name: vllm\n")
+    assert [rel for rel, _ in mod._members(whl)] == ["vllm/v1/worker/xpu_worker.py"]
+    assert mod.scan_sdist(whl)[3][0][3] == ["GPU KV cache size: ", ["n", "%s"], " tokens"]

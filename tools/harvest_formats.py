@@ -17,7 +17,8 @@ Usage (see docs/coverage.md for the download loop)::
     python tools/harvest_formats.py SDIST_DIR [-o kvlogdiag/catalogue/harvested_formats.json]
 
 From each minor release the highest patch release found in SDIST_DIR is used (``--all`` keeps every
-file). Run it with Python >= 3.12: newer vLLM uses PEP 701 f-strings that older parsers reject
+file); a release published without an sdist (vllm 0.15.x) is read from its wheel, which holds the
+same modules. Run it with Python >= 3.12: newer vLLM uses PEP 701 f-strings that older parsers reject
 (files that do not parse are counted in the output's ``unparsed`` list, never skipped silently).
 """
 
@@ -525,7 +526,7 @@ def download(folder: Path, jobs: int = 3, log=print) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("sdists", type=Path, help="folder with vllm-X.tar.gz / vllm_ascend-X.tar.gz sdists")
+    ap.add_argument("sdists", type=Path, help="folder with vllm-X.tar.gz / vllm_ascend-X.tar.gz sdists (or vllm-X-*.whl)")
     ap.add_argument("-o", "--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--all", action="store_true", help="every release found, not only the last patch of each minor")
     ap.add_argument("-j", "--jobs", type=int, default=2, help="releases read in parallel")
