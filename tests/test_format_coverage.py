@@ -193,6 +193,22 @@ def test_harvest_gap_lines_land_in_their_fields():
                                                            "utilization_to_exceed": 0.51}
 
 
+def test_prompt_length_errors_give_max_model_len_only_for_decoder_prompts():
+    """A decoder prompt's limit is max_model_len; from 0.11 an encoder prompt's is the encoder cache
+    size (vllm/v1/engine/input_processor.py), which must not become max_model_len."""
+    f = _facts("ValueError: The decoder prompt (length 40123) is longer than the maximum model length of 32768. "
+               "Make sure that `max_model_len` is no smaller than the number of text tokens.")
+    assert [(x.value, x.source) for x in f.config["max_model_len"]] == [(32768, "prompt_length_error")]
+    f = _facts("ValueError: The encoder prompt (length 9000) is longer than the maximum model length of 8192. Make sure")
+    assert "max_model_len" not in f.config
+    f = _facts("AssertionError: Sampled token IDs exceed the max model length. Total number of tokens: 32769 > "
+               "max_model_len: 32768")
+    assert [x.value for x in f.config["max_model_len"] if x.source == "prompt_length_error"] == [32768]
+    f = _facts("INFO 11-29 08:41:13 [kv_cache_planning.py:1360] Auto-fit max_model_len: full model context length 0 "
+               "fits in available KV cache memory (12.5 GiB)")
+    assert f.events["auto_fit"][0].value == (None, 0)  # a 0 is a figure, not a missing one
+
+
 def test_hpu_format_bytes_rendering():
     """The renderer prints byte counts as vllm_hpu_extension's format_bytes does (profiler.py)."""
     assert cov.format_bytes(980) == "980 B"

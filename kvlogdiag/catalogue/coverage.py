@@ -153,6 +153,8 @@ def _kind(hint: str, spec: str) -> str:
         if body and body[-1] in "eEfFgG%":
             return "float"
     h = hint.lower()
+    if h == "prompt_type":
+        return "prompt_type"  # vLLM passes "encoder" or "decoder"
     if h.startswith("format_bytes("):
         return "hpu_bytes"  # vllm_hpu_extension's profiler.format_bytes: "43.5 GiB", "512 MiB"
     if h.endswith("get_summary_string()"):
@@ -199,6 +201,8 @@ def sample_value(hint: str, spec: str, rnd: random.Random) -> Any:
     if kind == "bytes":
         v = rnd.randint(10**8, 2 * 10**11)
         return -v if _SIGNED.search(hint) and rnd.random() < 0.3 else v
+    if kind == "prompt_type":
+        return rnd.choice(["decoder", "encoder"])
     if kind == "hpu_bytes":
         return format_bytes(_hpu_byte_count(rnd))
     if kind == "hpu_summary":

@@ -254,9 +254,13 @@ pat("cp_multiply", "~0.11-0.20 with DCP/PCP > 1", "Multiplying the GPU KV cache 
     [("INFO 10-01 10:00:00 [kv_cache_utils.py:1100] Multiplying the GPU KV cache size by the cp_world_size 4 (pcp_world_size 1 * dcp_world_size 4).",
       {"cp": "4"})])
 pat("auto_fit", ">=0.14 (--max-model-len auto)", "Auto-fit max_model_len",
-    r"Auto-fit max_model_len: (?:reduced from (?P<orig>\d+) to (?P<fitted>\d+)|full model context length (?P<full>\d+) fits)",
+    r"Auto-fit max_model_len: (?:reduced from (?P<orig>\d+) to (?P<fitted>\d+)|full model context length (?P<full>\d+) fits"
+    r"|attention-free model, using derived max_model_len=(?P<derived>\d+))",
     [("INFO 11-29 08:41:13 [kv_cache_utils.py:900] Auto-fit max_model_len: reduced from 131072 to 98304 to fit in available GPU memory (12.5 GiB available for KV cache)",
-      {"orig": "131072", "fitted": "98304"})])
+      {"orig": "131072", "fitted": "98304"}),
+     # vllm 0.33.0 vllm/v1/core/kv_cache_planning.py:1360: nothing to fit, the model's own length is kept
+     ("INFO 11-29 08:41:13 [kv_cache_planning.py:1360] Auto-fit max_model_len: attention-free model, using derived max_model_len=1048576",
+      {"derived": "1048576", "orig": None})])
 pat("block_size_set", "all (backend overrides, vLLM-Ascend)", ("block size to", "attention block size", "Block size is set to", "block size must be set to"),
     r"(?:Setting kv cache block size to (?P<a>\d+)|Forcing kv cache block size to (?P<b>\d+)|Setting attention block size to (?P<c>\d+) tokens|Block size is set to (?P<d>\d+) if prefix cache|block size must be set to (?P<e>\d+)|Setting block size to (?P<f>\d+) for better performance)",
     [("INFO 11-29 08:41:00 [cuda.py:200] Setting kv cache block size to 64 for FlashMLA backend(s).", {"a": "64"}),
@@ -532,6 +536,25 @@ pat("prefix_hit_rate_line", "V0 0.5.x (own line after the stats line; later rele
     # vllm 0.5.5 vllm/engine/metrics.py:367
     [("INFO 08-30 10:00:10 metrics.py:367] Prefix cache hit rate: GPU: 45.26%, CPU: 0.00%", {"gpu": "45.26", "cpu": "0.00"})],
     doc="The GPU prefix-cache hit rate of 0.5.x, printed on its own line.")
+
+pat("prompt_longer_than_max_model_len", "all (per-request errors; vLLM-Ascend runtime assert)",
+    ("is longer than the maximum model length of", "Sampled token IDs exceed the max model length"),
+    r"(?:The (?P<ptype>\w+) prompt \(length (?P<length>\d+)\)(?: plus the number of requested output tokens \(at least 1\))? is longer than the maximum model length of (?P<mml>\d+)"
+    r"|Prompt length of (?P<length0>\d+) is longer than the maximum model length of (?P<mml0>\d+)"
+    r"|Sampled token IDs exceed the max model length\. Total number of tokens: (?P<tokens>\d+) > max_model_len: (?P<mml1>\d+))",
+    # vllm 0.33.0 vllm/v1/engine/input_processor.py:588 and :598: the limit is max_model_len for a decoder
+    # prompt, the encoder cache size for an encoder prompt (:569-572); 0.10.2 vllm/engine/llm_engine.py:1792;
+    # 0.7.3 vllm/v1/engine/processor.py:251; vllm-ascend 0.23.0.post1 vllm_ascend/worker/model_runner_v1.py:2749
+    [("VLLMValidationError: The decoder prompt (length 40123) is longer than the maximum model length of 32768. Make sure that `max_model_len` is no smaller than the number of text tokens.",
+      {"ptype": "decoder", "length": "40123", "mml": "32768"}),
+     ("ValueError: The decoder prompt (length 8192) plus the number of requested output tokens (at least 1) is longer than the maximum model length of 8192. Make sure that `max_model_len` is no smaller than the number of text tokens (prompt + requested output tokens).",
+      {"ptype": "decoder", "length": "8192", "mml": "8192"}),
+     ("ValueError: The encoder prompt (length 9000) is longer than the maximum model length of 8192. Make sure that `max_model_len` is no smaller than the number of text tokens plus multimodal tokens.",
+      {"ptype": "encoder", "mml": "8192"}),
+     ("ValueError: Prompt length of 5000 is longer than the maximum model length of 4096.", {"length0": "5000", "mml0": "4096"}),
+     ("AssertionError: Sampled token IDs exceed the max model length. Total number of tokens: 32769 > max_model_len: 32768",
+      {"tokens": "32769", "mml1": "32768"})],
+    doc="A request longer than the server's max_model_len (decoder prompts; an encoder prompt's limit is another figure).")
 
 # sub-fields of the stats line tail, parsed only when a stats line matched
 STATS_TAIL = re.compile(

@@ -699,7 +699,7 @@ class Extractor:
         self._event("cp_multiply", self._with(fact, _int(m.group("cp"))))
 
     def _h_auto_fit(self, m, line, fact):
-        val = _int(m.group("fitted")) or _int(m.group("full"))
+        val = _int(next((g for g in (m.group("fitted"), m.group("full"), m.group("derived")) if g is not None), None))
         self._event("auto_fit", self._with(fact, (_int(m.group("orig")), val)))
 
     def _h_block_size_set(self, m, line, fact):
@@ -1011,6 +1011,12 @@ class Extractor:
 
     def _h_hpu_weights_summary(self, m, line, fact):
         self._memory("weights_gib", fact, _gib_of(m.group("device")))
+
+    def _h_prompt_longer_than_max_model_len(self, m, line, fact):
+        if m.group("ptype") not in (None, "decoder"):
+            return  # an encoder prompt's limit is the encoder cache size from 0.11 (v1/engine/input_processor.py)
+        mml = m.group("mml") or m.group("mml0") or m.group("mml1")
+        self._config("max_model_len", fact, _int(mml), "prompt_length_error")
 
     def _h_prefix_hit_rate_line(self, m, line, fact):
         hit = _float(m.group("gpu"))
