@@ -66,7 +66,8 @@ def score(directory: Path, verbose: bool = False) -> dict:
                 status = f"absent, NOT said (failed={r['failed']}, reason={r['not_in_excerpt_reason']!r})"
         else:
             n["with_cause"] += 1
-            if r["cause_text"] and exp["cause_fragment"] in r["cause_text"]:
+            # the cause line found: its reported message or the raw line holds the hand-read fragment
+            if r["cause_text"] and (exp["cause_fragment"] in r["cause_text"] or exp["cause_fragment"] in (r["cause_raw"] or "")):
                 n["found"] += 1
                 ok = r["cause_class"] == exp["cause_class"]
                 n["class_right"] += ok

@@ -30,8 +30,13 @@ MAX_ECHOES = 10
 
 # python logging as fastchat / gpustack wrap it: "2024-02-20 21:46:23 | ERROR | stderr | <text>"
 _PYLOG = re.compile(r"^(?:[\w.-]+ +\| )?\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \| (?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) \| [\w.-]+ \| ?")
-_HEAD = re.compile(r"^(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
-                   r"(?:\[[^\]]*\] ?|[\w.]+:\d+\] ?)?")
+_HEAD_RX = (r"(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
+            r"(?:\[[^\]]*\] ?|[\w.]+:\d+\] ?)?")
+_HEAD = re.compile("^" + _HEAD_RX)
+# the same record head behind whatever a collector or a paste put before it (`vllm-1  | `, a second and
+# third process prefix, a timestamp): vLLM's level + date + source form is specific enough to find anywhere
+_HEAD_ANY = re.compile(r"(?<![\w.])" + _HEAD_RX)
+HEAD_WINDOW = 240
 _UVICORN = re.compile(r"^(?P<level>ERROR|CRITICAL|INFO|WARNING):\s+")
 _EXC = re.compile(r"^(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Failure|Fault|Interrupt))"
                   r"(?::\s*(?P<msg>.*))?$")
@@ -44,7 +49,17 @@ _FRAME = re.compile(r'^File "[^"]*", line \d+')
 # (execute_model is not one of them: V0 profiles the KV cache with it during start-up)
 _RUNTIME_FRAME = re.compile(r'^File "[^"]*", line \d+,? in (?:run_engine_loop|engine_step|run_busy_loop|'
                             r'_process_engine_step|step_with_batch_queue|_process_input_queue)\b')
+# lines only a server that finished starting prints: the engine core was constructed and entered its busy
+# loop (vllm 0.11.2 vllm/v1/engine/core.py:835-845 `run_engine_core`: "EngineCore failed to start." while
+# `engine_core is None`, "EngineCore encountered a fatal error." after), and the API server's output
+# handler, started only once the engine-core client finished its start-up handshake
+# (vllm/v1/engine/async_llm.py:133-160, :525)
+_RUNTIME_MARKERS = ("EngineCore encountered a fatal error", "AsyncLLM output_handler failed",
+                    "engine_core.run_busy_loop()")
 _WARNING_EXC = re.compile(r"Warning$")
+# a string literal of a raise statement's message, as a traceback prints the source ("raise X(\"...\" ")
+_LITERAL = re.compile(r'"((?:[^"\\]|\\.)*)"|\'((?:[^\'\\]|\\.)*)\'')
+_RAISE = re.compile(r"^raise (?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*)\(\s*f?(?P<rest>[\"\'].*)$")
 _SIGNALS = {"9": "SIGKILL", "-9": "SIGKILL", "15": "SIGTERM", "-15": "SIGTERM", "6": "SIGABRT", "-6": "SIGABRT",
             "11": "SIGSEGV", "-11": "SIGSEGV", "137": "SIGKILL", "139": "SIGSEGV", "134": "SIGABRT"}
 
@@ -54,6 +69,10 @@ def split_level(text: str) -> tuple[str | None, str]:
     m = _HEAD.match(text)
     if m:
         return m.group("level"), text[m.end():]
+    if text[:1] in ("(", "[") or "| " in text[:HEAD_WINDOW] or ") " in text[:HEAD_WINDOW]:
+        m = _HEAD_ANY.search(text, 0, HEAD_WINDOW)
+        if m:
+            return m.group("level"), text[m.end():]
     m = _UVICORN.match(text)
     if m:
         return m.group("level"), text[m.end():]
@@ -64,10 +83,19 @@ def split_level(text: str) -> tuple[str | None, str]:
 
 
 def process_of(line: Line) -> str | None:
-    """The process a line came from as its prefix names it (``VllmWorker-0 pid=13513``)."""
-    m = _PID.search(line.raw[:120]) if line.raw.startswith("(") or ") " in line.raw[:120] else None
-    if m:
-        return f"{m.group('name')} pid={m.group('pid')}"
+    """The process a line came from as its prefix names it (``VllmWorker-0 pid=13513``); of nested
+    prefixes (``(APIServer pid=1) (EngineCore_DP0 pid=181) (Worker_TP1 pid=189)``, a launcher relaying
+    its children's output) the innermost one, the process that printed the line."""
+    raw = line.raw
+    if not (raw.startswith("(") or ") " in raw[:HEAD_WINDOW]):
+        return line.rank
+    last = None
+    for m in _PID.finditer(raw, 0, HEAD_WINDOW):
+        if last is not None and m.start() - raw.find(")", last.end()) > 3:
+            break  # not the next prefix of a chain: a pid quoted further on in the message
+        last = m
+    if last is not None:
+        return f"{last.group('name')} pid={last.group('pid')}"
     return line.rank
 
 
@@ -106,6 +134,8 @@ class StartupTracker:
         self.runtime_line = 0  # first traceback frame of the running engine loop (a runtime crash)
         self.last_line = 0
         self.last_unterminated = False
+        self.lifespan_line = 0  # uvicorn's "Application startup complete": up, unless binding the port fails next
+        self._join_from = 0  # the line number of an uncatalogued cause the next line may continue (a hard wrap)
         # called with the verdict the moment a cause line is read (watch mode reports it then)
         self.listeners: list[Callable[[dict[str, Any]], None]] = []
 
@@ -117,15 +147,39 @@ class StartupTracker:
         text = line.text
         if self.served_line or self.runtime_line:
             return  # the server came up: later errors are runtime errors, not a failed start
+        if self.lifespan_line:
+            # uvicorn runs the app's start-up before it binds the socket (vLLM < 0.6.4 let uvicorn bind):
+            # only a bind error can still fail the start
+            m = self.cat.match(text)
+            if m is not None and m.entry.cls == "port":
+                self.lifespan_line = 0
+                self._set_cause(line, process_of(line), split_level(text)[1].strip(), m, None, None, {}, None)
+            elif "Uvicorn running on" in text or "Avg prompt throughput" in text or m is None and "ERROR" not in text:
+                self.served_line, self.lifespan_line = self.lifespan_line, 0
+            return
         if any(s in text for s in _STARTED) or "Avg prompt throughput" in text:
             if not self.echoes and not self.deaths:
                 # an exception before this line did not stop the start (e.g. a WARNING traceback)
-                self.served_line = line.number
                 self.cause = None
+                if "Application startup complete" in text:
+                    self.lifespan_line = line.number
+                else:
+                    self.served_line = line.number
+            return
+        if any(s in text for s in _RUNTIME_MARKERS):
+            # the engine was up: what failed (even a cause read a moment ago, e.g. an OOM the fatal-error
+            # handler prints first) failed at run time
+            self.runtime_line = line.number
+            self.cause = None
             return
         level, body = split_level(text)
         body_s = body.strip()
         proc = process_of(line)
+        if self._join_from:
+            joined = self._join_from == line.number - 1 and self._try_join(line, level, body_s)
+            self._join_from = 0
+            if joined:
+                return
         if body_s.startswith("Traceback (most recent call last)"):
             self._open_tb(proc, line.number, body_s, level)
             return
@@ -183,10 +237,64 @@ class StartupTracker:
             msg = pm.group("value_error") or pm.group("item")
             self._set_cause(line, proc, msg.strip(), None, "ValidationError", "config", {"config_class": config}, tb)
             return
-        if em and exc and not _WARNING_EXC.search(exc) and not vm and (level is not None or tb is not None):
+        # a bare "XError: ..." counts when it is log output: logged at a level, inside a traceback, or
+        # behind a process prefix (a worker's stderr), never a sentence of prose
+        prefixed = line.rank is not None or _PID.match(line.raw) is not None
+        if em and exc and not _WARNING_EXC.search(exc) and not vm and (level is not None or tb is not None or prefixed):
             if exc.endswith("KeyboardInterrupt") or exc.endswith("SystemExit"):
                 return
             self._set_cause(line, proc, body_s, None, exc, "unknown", {}, tb)
+            if len(line.raw) >= 60:
+                self._join_from = line.number
+
+    def _try_join(self, line: Line, level: str | None, body: str) -> bool:
+        """A cause line cut by a terminal's hard wrap: when this next line has no record head of its own
+        and the two together state a catalogued cause, the cause is the joined text."""
+        c = self.cause
+        if c is None or c.match is not None or level is not None or not body or _FRAME.match(body) \
+                or _PID.match(line.raw) or len(line.raw) > len(c.raw):
+            return False
+        for sep in ("", " "):
+            m = self.cat.match(c.text + sep + body)
+            if m is not None:
+                c.text, c.match = c.text + sep + body, m
+                c.details = {**c.details, "joined_lines": f"{c.line}-{line.number}"}
+                for fn in self.listeners:
+                    fn(self.result())
+                return True
+        return False
+
+    def _raise_statement_cause(self) -> _Candidate | None:
+        """An excerpt that ends right after a traceback's ``raise X("literal message"`` source line:
+        the literal is the message raised there. Read only when it is a catalogued cause (the text is
+        vLLM's own, not a guess) and nothing but the literal's continuation follows in that traceback."""
+        for proc, tb in reversed(self._tb.items()):
+            if self._tb_level.get(proc) in ("INFO", "DEBUG", "WARNING", "WARN"):
+                continue
+            entries = list(tb)
+            for i in range(len(entries) - 1, max(-1, len(entries) - 6), -1):
+                number, text = entries[i]
+                rm = _RAISE.match(text)
+                if rm is None:
+                    continue
+                pieces = [a or b for a, b in _LITERAL.findall(rm.group("rest"))]
+                rest = entries[i + 1:]
+                while rest and rest[0][1].lstrip("f").startswith(("'", '"')):
+                    pieces.extend(a or b for a, b in _LITERAL.findall(rest.pop(0)[1]))
+                msg = "".join(pieces).strip()
+                # after the literal at most the line the paste is cut in, never a deeper frame
+                m = self.cat.match(msg) if msg and len(rest) <= 1 and not any(_FRAME.match(t) for _, t in rest) else None
+                if m is None:
+                    return None
+                cand = _Candidate.__new__(_Candidate)
+                cand.line, cand.process, cand.rank, cand.text, cand.raw = number, proc, None, msg, text
+                cand.match, cand.exception, cand.generic_class = m, rm.group("exc"), None
+                cand.details = {"from_raise_statement": "the excerpt ends right after this raise statement: "
+                                                        "its exception line is cut, the message is the statement's literal"}
+                cand.traceback = [t for _, t in entries][-6:]
+                return cand
+            return None  # only the traceback the excerpt ends in
+        return None
 
     def _echo_carries_cause(self, text: str, m: FailureMatch) -> bool:
         # "Worker failed with error '<message>'", V0 "Exception in worker X while processing method
@@ -237,14 +345,17 @@ class StartupTracker:
         """The start-up verdict: ``failed``, the cause (class, line, text, process, numbers, fix), the
         echoes, and ``not_in_excerpt_reason`` when the excerpt shows a failure but not its cause."""
         c = self.cause
-        open_tb = self._failing_tracebacks() if not (self.served_line or self.runtime_line) else []
+        served = self.served_line or self.lifespan_line
+        open_tb = self._failing_tracebacks() if not (served or self.runtime_line) else []
+        if c is None and open_tb:
+            c = self._raise_statement_cause()
         failed = c is not None or ((bool(self.echoes) or bool(self.deaths) or bool(open_tb)) and not self.runtime_line)
         out: dict[str, Any] = {
             "failed": failed, "cause_id": None, "cause_class": None, "cause_line": None, "cause_text": None,
             "cause_raw": None, "cause_rank": None, "exception": None, "process": None, "numbers": {}, "details": {}, "fix": None,
             "links": [], "versions": None, "traceback_tail": [], "echoes": list(self.echoes),
             "echo_count": self.echo_count, "died": list(self.deaths), "failed_core_procs": self.failed_procs,
-            "not_in_excerpt_reason": None, "served_line": self.served_line or None, "raised_in": None,
+            "not_in_excerpt_reason": None, "served_line": served or None, "raised_in": None,
             "runtime_crash_line": self.runtime_line or None, "evidence": None,
         }
         if c is not None:
@@ -253,7 +364,7 @@ class StartupTracker:
             if c.match is not None:
                 e = c.match.entry
                 out.update(cause_id=e.id, cause_class=e.cls, numbers=dict(c.match.numbers),
-                           details=dict(c.match.details), fix=c.match.fix(), links=list(e.links),
+                           details={**c.match.details, **c.details}, fix=c.match.fix(), links=list(e.links),
                            versions=c.match.versions)
             else:
                 src = harvested_source(c.text)
