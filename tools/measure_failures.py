@@ -52,7 +52,9 @@ def score(directory: Path, verbose: bool = False) -> dict:
                 status = f"WRONG: a start-up cause on a log that shows none: {r['cause_text']!r}"
             else:
                 n["not_failed_quiet"] = n.get("not_failed_quiet", 0) + 1
-                status = "no start-up failure, quiet" if not r["failed"] else "no cause reported (failed=True)"
+                status = "no start-up failure, quiet" if not r["failed"] else "WRONG: called a failed start (no cause)"
+                if r["failed"]:
+                    n["wrong"] += 1
         elif exp.get("not_in_excerpt"):
             n["without_cause"] += 1
             if r["cause_line"] is not None:

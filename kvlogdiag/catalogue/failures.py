@@ -202,6 +202,8 @@ _CLASS_BY_FILE = (
     (re.compile(r"^vllm(?:_ascend)?/(?:model_executor/model_loader|transformers_utils)/"), "model"),
     (re.compile(r"^vllm(?:_ascend)?/model_executor/models/registry"), "arch"),
     (re.compile(r"^vllm(?:_ascend)?/(?:v1/)?executor/ray_"), "ray"),
+    (re.compile(r"^vllm(?:_ascend)?/model_executor/layers/quantization/"), "quant"),
+    (re.compile(r"^vllm(?:_ascend)?/distributed/device_communicators/"), "comm"),
 )
 
 

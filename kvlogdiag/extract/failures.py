@@ -48,14 +48,30 @@ _FRAME = re.compile(r'^File "[^"]*", line \d+')
 # frames only a running server executes: a traceback through them is a runtime crash, not a failed start
 # (execute_model is not one of them: V0 profiles the KV cache with it during start-up)
 _RUNTIME_FRAME = re.compile(r'^File "[^"]*", line \d+,? in (?:run_engine_loop|engine_step|run_busy_loop|'
-                            r'_process_engine_step|step_with_batch_queue|_process_input_queue)\b')
+                            r'_process_engine_step|step_with_batch_queue|_process_input_queue|'
+                            # the engine core serving a client's utility call, the API server reading outputs
+                            # or handling a request (vllm 0.11.2 vllm/v1/engine/core.py:900
+                            # _handle_client_request, core_client.py:196 get_output_async, entrypoints/openai
+                            # serving_*.py), LLM.generate of an offline program
+                            r'_handle_client_request|get_output_async|output_handler|create_chat_completion|'
+                            r'create_completion|chat_completion_stream_generator|completion_stream_generator|'
+                            r'generate)\b')
 # lines only a server that finished starting prints: the engine core was constructed and entered its busy
 # loop (vllm 0.11.2 vllm/v1/engine/core.py:835-845 `run_engine_core`: "EngineCore failed to start." while
 # `engine_core is None`, "EngineCore encountered a fatal error." after), and the API server's output
 # handler, started only once the engine-core client finished its start-up handshake
 # (vllm/v1/engine/async_llm.py:133-160, :525)
 _RUNTIME_MARKERS = ("EngineCore encountered a fatal error", "AsyncLLM output_handler failed",
-                    "engine_core.run_busy_loop()")
+                    "engine_core.run_busy_loop()",
+                    # raised by the engine-core client for an engine that died while running
+                    # (vllm 0.11.2 vllm/v1/engine/core_client.py:418, :558; async_llm.py:276)
+                    "EngineDeadError")
+# ... and lines about a request (an id the OpenAI server gives it, "for request <id>"), or the engine core
+# failing a utility call (vllm 0.11.2 vllm/v1/engine/core.py:918 "Invocation of %s method failed")
+_RUNTIME_LINE = re.compile(r"\b(?:chatcmpl|cmpl|embd)-[0-9a-f]{8}|\bfor request (?:chatcmpl|cmpl|[\w-]{12,})|\bInvocation of \w+ method failed")
+# a reporter's Markdown emphasis around a pasted line (**_ValueError: ..._**, `ValueError: ...`)
+_MD_OPEN = re.compile(r"^[*_`]{1,3}(?=[A-Za-z])")
+_MD_CLOSE = re.compile(r"(?<=\S)[*_`]{1,3}$")
 _WARNING_EXC = re.compile(r"Warning$")
 # a string literal of a raise statement's message, as a traceback prints the source ("raise X(\"...\" ")
 _LITERAL = re.compile(r'"((?:[^"\\]|\\.)*)"|\'((?:[^\'\\]|\\.)*)\'')
@@ -166,7 +182,7 @@ class StartupTracker:
                 else:
                     self.served_line = line.number
             return
-        if any(s in text for s in _RUNTIME_MARKERS):
+        if any(s in text for s in _RUNTIME_MARKERS) or _RUNTIME_LINE.search(text):
             # the engine was up: what failed (even a cause read a moment ago, e.g. an OOM the fatal-error
             # handler prints first) failed at run time
             self.runtime_line = line.number
@@ -174,6 +190,8 @@ class StartupTracker:
             return
         level, body = split_level(text)
         body_s = body.strip()
+        if body_s[:1] in ("*", "_", "`") and _MD_OPEN.match(body_s):
+            body_s = _MD_CLOSE.sub("", _MD_OPEN.sub("", body_s))
         proc = process_of(line)
         if self._join_from:
             joined = self._join_from == line.number - 1 and self._try_join(line, level, body_s)
@@ -237,10 +255,12 @@ class StartupTracker:
             msg = pm.group("value_error") or pm.group("item")
             self._set_cause(line, proc, msg.strip(), None, "ValidationError", "config", {"config_class": config}, tb)
             return
-        # a bare "XError: ..." counts when it is log output: logged at a level, inside a traceback, or
-        # behind a process prefix (a worker's stderr), never a sentence of prose
+        # a bare "XError: ..." counts when it is log output: logged at a level, inside a traceback,
+        # behind a process prefix (a worker's stderr), or stating one of vLLM's own raise messages (harvested
+        # from the released sources: a pasted one-line error is vLLM's text, not a sentence of prose)
         prefixed = line.rank is not None or _PID.match(line.raw) is not None
-        if em and exc and not _WARNING_EXC.search(exc) and not vm and (level is not None or tb is not None or prefixed):
+        if em and exc and not _WARNING_EXC.search(exc) and not vm and (
+                level is not None or tb is not None or prefixed or harvested_source(em.group("msg") or "") is not None):
             if exc.endswith("KeyboardInterrupt") or exc.endswith("SystemExit"):
                 return
             self._set_cause(line, proc, body_s, None, exc, "unknown", {}, tb)
