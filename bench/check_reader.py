@@ -28,47 +28,19 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from kvlogdiag import reader  # noqa: E402
+from kvlogdiag.input import reader  # noqa: E402
 from kvlogdiag.input.reader import Line, LineStats  # noqa: E402
 from kvlogdiag.pipeline import prefilter  # noqa: E402
 
 # --- the reference ---------------------------------------------------------------------------------
 
 
-def ref_split_envelope(raw: str):
-    """`split_envelope` without the process-prefix cache (the general path only)."""
-    text, meta = raw, None
-    if text[:1].isdigit():
-        m = reader._DOCKER_TS.match(text)
-        if m:
-            meta = {"timestamp": m.group("ts")}
-            if m.group("stream"):
-                meta["stream"] = m.group("stream")
-                meta["partial"] = m.group("tag") == "P"
-            text = text[m.end():]
-    elif text[:1].isupper() and text[3:4] == " ":
-        m = reader._SYSLOG.match(text)
-        if m:
-            meta = {"timestamp": m.group("ts"), "host": m.group("host"), "ident": m.group("ident")}
-            if m.group("pid"):
-                meta["pid"] = int(m.group("pid"))
-            text = text[m.end():]
-    rank = None
-    if "pid=" in text[:300]:
-        m = reader._PROC.search(text, 0, 300)
-        if m and "\n" not in text[: m.start()]:
-            before = text[: m.start()]
-            if not reader._HEAD.search(before):
-                if before.strip():
-                    meta = dict(meta or {}, prefix=before)
-                rank = reader.rank_label(m.group("name"), m.group("pid"))
-                if m.group("ip"):
-                    meta = dict(meta or {}, ip=m.group("ip"))
-                text = text[m.end():]
-    return text, rank, meta
+def ref_split_envelope(raw: str, envs):
+    """`split_envelope` without its fast paths (the process-prefix cache, the bare-head shortcut)."""
+    return reader.split_envelope_general(raw, envs)
 
 
-def ref_make_line(number: int, data: bytes) -> Line:
+def ref_make_line(number: int, data: bytes, envs) -> Line:
     raw = data.decode("utf-8", "replace")
     if "\r" in raw:
         raw = raw.rstrip("\r")
@@ -78,7 +50,9 @@ def ref_make_line(number: int, data: bytes) -> Line:
     raw = reader.strip_ansi(raw)
     if "\x00" in raw:
         raw = raw.replace("\x00", "")
-    text, rank, meta = ref_split_envelope(raw)
+    if raw[:1] == "\ufeff":
+        raw = raw[1:]
+    text, rank, meta = ref_split_envelope(raw, envs)
     return Line(number, text, rank, raw, meta)
 
 
@@ -114,6 +88,7 @@ def ref_chunks(read, chunk_bytes: int, max_line: int, cuts: list):
 def ref_lines(read, pf, chunk_bytes: int, max_line: int):
     """(lines, (lines read, long lines, bytes)) as the reader computed them before."""
     out, number, long_lines, nbytes = [], 0, 0, 0
+    envs = reader.Envelopes()
     cuts: list = []  # lines cut while reading (counted as long, like those cut inside a chunk)
     for chunk in ref_chunks(read, chunk_bytes, max_line, cuts):
         nbytes += len(chunk)
@@ -125,7 +100,7 @@ def ref_lines(read, pf, chunk_bytes: int, max_line: int):
                 number += 1
                 if len(part) > max_line:
                     part, long_lines = part[:max_line], long_lines + 1
-                out.append(ref_make_line(number, part))
+                out.append(ref_make_line(number, part, envs))
             continue
         pos = 0
         while True:
@@ -140,7 +115,7 @@ def ref_lines(read, pf, chunk_bytes: int, max_line: int):
             part = chunk[start:end]
             if len(part) > max_line:
                 part, long_lines = part[:max_line], long_lines + 1
-            out.append(ref_make_line(number + 1, part))
+            out.append(ref_make_line(number + 1, part, envs))
             pos = end
         number += chunk.count(b"\n", pos)
         if not chunk.endswith(b"\n"):

@@ -5,8 +5,8 @@ line, inside a multi-byte UTF-8 character, between ``\\r`` and ``\\n``. `LineSpl
 exactly the lines `kvlogdiag.input.reader.iter_lines` yields for the same bytes read from a file:
 
 * the same numbering (every ``\\n`` counts, filtered or not; a last line without a newline counts);
-* the same decoding and envelopes (`reader.make_line`: ANSI codes, ``\\r``, docker/CRI/journald
-  prefixes, the vLLM process prefix as the rank);
+* the same decoding and envelopes (`reader.make_line`: ANSI codes, ``\\r``, whatever stands before the
+  vLLM record head, the vLLM process prefix as the rank, with the stream's own `reader.Envelopes`);
 * the same prefilter: with one, only candidate lines are decoded (`reader.ChunkScanner`, the same
   lines the prefilter regex finds);
 * the same cut of an over-long line: its first ``MAX_LINE_BYTES`` are kept, the rest is dropped while
@@ -32,6 +32,7 @@ from kvlogdiag.input.reader import (
     MAX_LINE_BYTES,
     WRAP_SLACK,
     ChunkScanner,
+    Envelopes,
     Line,
     LineStats,
     detect_hard_wrap,
@@ -52,6 +53,7 @@ class LineSplitter:
     def __init__(self, prefilter: "re.Pattern[bytes] | None" = None):
         self.scan = ChunkScanner(prefilter) if prefilter is not None else None
         self.stats = LineStats()
+        self.envs = Envelopes()  # the envelopes this stream showed (to peel its lines without a head)
         self._carry = b""  # the kept start of the unfinished line (at most MAX_LINE_BYTES)
         self._skipping = False  # the unfinished line was cut: its tail is being dropped
         self._open = False  # bytes of an unfinished line were fed (kept or dropped)
@@ -115,7 +117,7 @@ class LineSplitter:
                 if len(part) > MAX_LINE_BYTES:
                     part = part[:MAX_LINE_BYTES]
                     st.long_lines += 1
-                out.append(make_line(number, part))
+                out.append(make_line(number, part, self.envs))
         else:
             found, newlines = self.scan(chunk)
             for before, start, end in found:
@@ -123,7 +125,7 @@ class LineSplitter:
                 if len(part) > MAX_LINE_BYTES:
                     part = part[:MAX_LINE_BYTES]
                     st.long_lines += 1
-                out.append(make_line(number + before + 1, part))
+                out.append(make_line(number + before + 1, part, self.envs))
             number += newlines + (0 if terminated else 1)
         if not terminated and out and out[-1].number == number:
             out[-1].unterminated = True

@@ -12,17 +12,21 @@ Everything that turns bytes on disk (or a pipe) into clean `Line` objects lives 
   or numpy on large inputs) rather than by the regex, and a large file by a worker process too —
   always with the lines the regex would give (see "fast candidate search" below and
   ``docs/performance.md``);
-* decoding never fails (invalid UTF-8 is replaced), the ``\\r`` left by vLLM's multi-line
-  formatter and by CRLF files is dropped, ANSI colour codes are removed;
-* outer envelopes added by log collectors (docker/kubectl ``--timestamps``, Kubernetes CRI,
-  journald/syslog) are removed and kept as metadata; the vLLM process prefix
-  (``(Worker_DP1_TP3_EP7 pid=N)``) becomes the line's ``rank``.
+* decoding never fails (invalid UTF-8 is replaced), UTF-16 text (with or without byte-order mark)
+  is read as UTF-8, the ``\\r`` left by vLLM's multi-line formatter and by CRLF files is dropped,
+  ANSI colour codes are removed;
+* whatever stands before the vLLM record head — collector timestamps, container and pod prefixes,
+  quotes, bullets, line numbers, prompts, table cells (docs/envelopes.md) — is removed and kept as
+  metadata; the vLLM process prefix (``(Worker_DP1_TP3_EP7 pid=N)``) becomes the line's ``rank``;
+  inside the message, locale thousands separators, alignment runs of spaces and a trailing
+  ``# remark`` are normalised away (`normalise_message`).
 """
 
 from __future__ import annotations
 
 import array
 import bz2
+import codecs
 import gzip
 import io
 import lzma
@@ -35,6 +39,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Iterator
 
+from kvlogdiag.catalogue.failures import prefilter_keywords as failure_keywords
+from kvlogdiag.catalogue.patterns import catalogue
 from kvlogdiag.errors import KvlogdiagError
 
 CHUNK_BYTES = 1 << 20
@@ -71,8 +77,19 @@ class Line:
 
 
 # --- envelopes -----------------------------------------------------------------------------
+#
+# One rule peels every envelope (docs/envelopes.md): find the vLLM record head — the process prefix,
+# the level + date head of any version, or failing those a logging-module head — and whatever stands
+# before it is the envelope: collector timestamps, container and pod prefixes, quotes, bullets, line
+# numbers, prompts, comments, table cells, inline code. The envelope is kept as metadata, with its
+# recognised parts (timestamp, stream, host, container) under their own keys. A line without a head
+# (a traceback frame, a print) is peeled when it starts with the shape of an envelope this input
+# already showed before a head (`Envelopes`), or with envelope characters followed by a known message
+# start (a catalogue keyword, a traceback, an exception). Inside the message, `normalise_message`
+# undoes what a paste adds: locale thousands separators, alignment runs of spaces, a trailing remark.
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Za-z0-9]|\x1b[=>]")
+_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 # docker/kubectl --timestamps: RFC 3339 with nanoseconds; CRI adds "stdout F ".
 _DOCKER_TS = re.compile(
     r"(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)) "
@@ -82,15 +99,44 @@ _SYSLOG = re.compile(
     r"(?P<ts>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d) (?P<host>[\w.-]+) "
     r"(?P<ident>[\w./@-]+?)(?:\[(?P<pid>\d+)\])?: "
 )
+# docker compose logs: "name  | " (names padded to one width); kubectl logs --prefix: "[pod/p/c] "
+_COMPOSE = re.compile(r"(?P<container>[A-Za-z0-9][\w.@-]*) *\| ")
+_KUBE_PREFIX = re.compile(r"\[pod/(?P<pod>[^/\]\s]+)/(?P<container>[^\]\s]+)\] ")
 # vLLM process prefixes, all versions (see docs/vllm-log-format.md, 1.2).
-_PROC = re.compile(
+_PROC_BODY = (
     r"\((?P<name>APIServer(?:_\d+)?|EngineCore(?:_DP\d+|_\d+)?|Worker(?:_[A-Z]+\d+)*"
     r"|VllmWorker(?: rank=\d+| [A-Z0-9_]+)?|VllmWorkerProcess|RayWorkerWrapper|MainProcess"
     r"|[A-Za-z][\w-]*(?:Worker|Engine|Server|Process)[\w-]*)"
     r" pid=(?P<pid>\d+)(?:, ip=(?P<ip>[\w.:-]+))?\) ?"
 )
+_PROC = re.compile(_PROC_BODY)
 # the vLLM line head (any version): used to find where a VLLM_LOGGING_PREFIX ends
 _HEAD = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d ")
+# the vLLM record head: a process prefix, or the level + date head (<= 0.7 "file.py:N]", later "[file.py:N]")
+_RECORD_HEAD = re.compile(
+    r"(?P<proc>" + _PROC_BODY + r")"
+    r"|(?<![\w-])(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? "
+)
+RECORD_WINDOW = 300  # a head further into the line is text the message quotes, not its head
+# the head of a line logged through Python's logging by an application around vLLM
+_PYLOG_HEAD = re.compile(
+    r"(?<!\d)\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)? - [\w.-]+ - (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) - "
+)
+# characters that stand before a message in pastes and tool output, when no head says where it starts
+_ENV_CHARS = re.compile(
+    r"(?:[ \t]+|>+ ?|[-*+\u2022] |#+ |[$%] |\|+ ?|`+|\d+(?:[:\t]|-(?=\D)| (?= ))|[\w./-]+:\d+[:-]"
+    r"|\d{4}-\d\d-\d\d[T ][\d:.,]+(?:Z|[+-]\d\d:?\d\d)? |\[[^\]\s][^\]]{0,80}\] ?"
+    r"|(?!(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) )[A-Za-z0-9][\w.@-]* *\| )+"
+)
+_KNOWN_START_FIXED = (
+    r"Traceback \(most recent call last\)|File \"|raise\s|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):\s"
+    r"|(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Failure|Fault|Interrupt)(?::|$)"
+)
+_KNOWN_START: list["re.Pattern[str]"] = []  # built on first use, from the catalogue's keywords
+_KEYWORD_RX: list["re.Pattern[str]"] = []
+_MARKS = ">|*-+#$%`\u2022]"  # marks a separator space follows (the space belongs to the envelope)
+_CLOSERS = "|`\"'"  # an envelope that opens with one of these closes the line with it too
+_SHAPE_TOKENS = re.compile(r"\d+| +|[^\d ]")
 
 
 # process prefix text -> (rank, ip), or False when it is not a prefix (split_envelope's fast path)
@@ -115,11 +161,143 @@ def rank_label(name: str, pid: str | None) -> str:
     return name
 
 
-def split_envelope(raw: str) -> tuple[str, str | None, dict | None]:
-    """Split a decoded, ANSI-free line into (message text, rank, metadata)."""
+class Envelopes:
+    """The envelope shapes one input has shown before a vLLM record head.
+
+    A line without a head (a traceback frame, a ``print``) inside the same envelope — the same
+    container prefix, quote, bullet, timestamp format — is peeled the same way. A shape is the
+    envelope with digit runs generalised (timestamps and line numbers change from line to line);
+    the most recent `MAX_SHAPES` are kept.
+    """
+
+    MAX_SHAPES = 16
+    __slots__ = ("shapes", "_seen")
+
+    def __init__(self) -> None:
+        self.shapes: dict[str, "re.Pattern[str]"] = {}
+        self._seen = ""  # the last envelope learnt (most lines repeat it)
+
+    def learn(self, env: str) -> None:
+        if env == self._seen or len(env) > RECORD_WINDOW:
+            return
+        self._seen = env
+        for rx in self.shapes.values():
+            if rx.fullmatch(env):
+                return
+        key = "".join(r"\d+" if t[0].isdigit() else " +" if t[0] == " " else re.escape(t)
+                      for t in _SHAPE_TOKENS.findall(env))
+        if key.startswith(" +"):
+            key = " *" + key[2:]  # right-aligned line numbers: the padding shrinks as they grow
+        if len(self.shapes) >= self.MAX_SHAPES:
+            del self.shapes[next(iter(self.shapes))]
+        self.shapes[key] = re.compile(key)
+
+    def peel(self, raw: str) -> int:
+        """Length of a learnt envelope at the start of ``raw`` (the longest), else 0."""
+        best = 0
+        for rx in self.shapes.values():
+            m = rx.match(raw)
+            if m is not None and m.end() > best:
+                best = m.end()
+        return best if best < len(raw) else 0
+
+
+def _keywords() -> list[str]:
+    return sorted({kw for p in catalogue() for kw in p.keywords} | set(failure_keywords()), key=len, reverse=True)
+
+
+def _known_start() -> "re.Pattern[str]":
+    """A catalogue keyword, a traceback, an exception or a uvicorn level at this position."""
+    if not _KNOWN_START:
+        starts = {k.strip() for k in _keywords()}
+        alts = [k for k in sorted(starts, key=len, reverse=True) if len(k) >= 5 and k not in _LEVELS]
+        _KNOWN_START.append(re.compile(_KNOWN_START_FIXED + "|" + "|".join(re.escape(k) for k in alts)))
+    return _KNOWN_START[0]
+
+
+def _keyword_rx() -> "re.Pattern[str]":
+    """Any catalogue (or start-up tracker) keyword: a remark holding one may be vLLM's own text."""
+    if not _KEYWORD_RX:
+        _KEYWORD_RX.append(re.compile("|".join(re.escape(k) for k in _keywords())))
+    return _KEYWORD_RX[0]
+
+
+def _headless_envelope(raw: str, envs: "Envelopes | None") -> int:
+    """Where the message of a line without a record head starts (0: no envelope)."""
+    if envs is not None and envs.shapes:
+        n = envs.peel(raw)
+        if n:
+            return n
+    m = _ENV_CHARS.match(raw)
+    if m is None or m.end() >= len(raw):
+        return 0
+    end = m.end()
+    mark = len(raw[:end].rstrip(" \t"))  # the envelope's last mark; the indentation after it is the message's
+    if mark == 0:
+        return 0
+    if not _known_start().match(raw, end):
+        # an unknown message still counts when the envelope closes the line (`...`, | ... |)
+        opened = [c for c in raw[:mark] if c in "|`"]
+        if not opened or not raw.rstrip().endswith(opened[0]) or len(raw.rstrip()) <= end:
+            return 0
+    sep = raw[mark: mark + 1]
+    return mark + 1 if sep == "\t" or (sep == " " and raw[mark - 1] in _MARKS) else mark
+
+
+def envelope_meta(env: str) -> dict:
+    """Metadata of an envelope: its recognised parts under their own keys, the rest as ``prefix``."""
+    meta: dict[str, Any] = {}
+    rest = env
+    m = _COMPOSE.match(rest)
+    if m and m.group("container") not in _LEVELS:
+        meta["container"] = m.group("container")
+        rest = rest[m.end():]
+    else:
+        m = _KUBE_PREFIX.match(rest)
+        if m:
+            meta["container"] = f"{m.group('pod')}/{m.group('container')}"
+            rest = rest[m.end():]
+    if rest[:1].isdigit():
+        m = _DOCKER_TS.match(rest)
+        if m:
+            meta["timestamp"] = m.group("ts")
+            if m.group("stream"):
+                meta["stream"] = m.group("stream")
+                meta["partial"] = m.group("tag") == "P"
+            rest = rest[m.end():]
+    elif rest[:1].isupper() and rest[3:4] == " ":
+        m = _SYSLOG.match(rest)
+        if m:
+            meta.update(timestamp=m.group("ts"), host=m.group("host"), ident=m.group("ident"))
+            if m.group("pid"):
+                meta["pid"] = int(m.group("pid"))
+            rest = rest[m.end():]
+    if rest.strip():
+        meta["prefix"] = rest
+    return meta
+
+
+def _close(text: str, env: str) -> str:
+    """Drop from the end of ``text`` what closes the envelope's openers (`` `...` ``, ``| ... |``)."""
+    opened = [c for c in env if c in _CLOSERS]
+    if not opened:
+        return text
+    for c in list(dict.fromkeys(opened))[:2]:  # the outermost closes last: strip it first
+        t = text.rstrip()
+        if t.endswith(c) and (c != "'" or t.count("'") % 2 == 1) and (c != '"' or t.count('"') % 2 == 1):
+            text = t[:-1].rstrip() if c == "|" else t[:-1]
+    return text
+
+
+def split_envelope(raw: str, envs: "Envelopes | None" = None) -> tuple[str, str | None, dict | None]:
+    """Split a decoded, ANSI-free line into (message text, rank, metadata).
+
+    ``envs`` (one per input) learns the envelopes seen before record heads, to peel lines without
+    one; without it a headless line is peeled only before a known message start.
+    """
     if raw[:1] == "(":
         # the usual vLLM line: a process prefix at the very start, the same on thousands of lines
-        j = raw.find(")", 1, 300)
+        j = raw.find(")", 1, RECORD_WINDOW)
         if j > 0:
             key = raw[: j + 1]
             hit: tuple[str, str | None] | bool | None = _PREFIX_CACHE.get(key)
@@ -131,44 +309,110 @@ def split_envelope(raw: str) -> tuple[str, str | None, dict | None]:
                     (rank_label(m.group("name"), m.group("pid")), m.group("ip")) if m and m.end() == j + 1 else False
                 )
             if hit is not False:  # what the general path below finds for a prefix at position 0
-                end = j + 2 if raw[j + 1: j + 2] == " " and j + 1 < 300 else j + 1
+                end = j + 2 if raw[j + 1: j + 2] == " " and j + 1 < RECORD_WINDOW else j + 1
                 assert isinstance(hit, tuple)
-                return raw[end:], hit[0], ({"ip": hit[1]} if hit[1] else None)
-    text = raw
-    meta: dict | None = None
-    if text[:1].isdigit():
-        m = _DOCKER_TS.match(text)
-        if m:
-            meta = {"timestamp": m.group("ts")}
-            if m.group("stream"):
-                meta["stream"] = m.group("stream")
-                meta["partial"] = m.group("tag") == "P"
-            text = text[m.end():]
-    elif text[:1].isupper() and text[3:4] == " ":
-        m = _SYSLOG.match(text)
-        if m:
-            meta = {"timestamp": m.group("ts"), "host": m.group("host"), "ident": m.group("ident")}
-            if m.group("pid"):
-                meta["pid"] = int(m.group("pid"))
-            text = text[m.end():]
+                return normalise_message(raw[end:]), hit[0], ({"ip": hit[1]} if hit[1] else None)
+    elif raw[:1] in "DIWEC" and _HEAD.match(raw):
+        return normalise_message(raw), None, None  # a bare vLLM line
+    return split_envelope_general(raw, envs)
+
+
+def split_envelope_general(raw: str, envs: "Envelopes | None" = None) -> tuple[str, str | None, dict | None]:
+    """`split_envelope` without its fast paths (what they must agree with)."""
     rank = None
-    if "pid=" in text[:300]:
-        m = _PROC.search(text, 0, 300)
-        if m and "\n" not in text[: m.start()]:
-            before = text[: m.start()]
-            # only a prefix when nothing but a user prefix precedes it (not a vLLM head)
-            if not _HEAD.search(before):
-                if before.strip():
-                    meta = dict(meta or {}, prefix=before)
-                rank = rank_label(m.group("name"), m.group("pid"))
-                if m.group("ip"):
-                    meta = dict(meta or {}, ip=m.group("ip"))
-                text = text[m.end():]
-    return text, rank, meta
+    meta: dict | None = None
+    m = _RECORD_HEAD.search(raw, 0, RECORD_WINDOW)
+    if m is None and " - " in raw:
+        m = _PYLOG_HEAD.search(raw, 0, RECORD_WINDOW)
+    if m is not None:
+        start = m.start()
+        if m.re is _RECORD_HEAD and m.group("proc") is not None:
+            rank = rank_label(m.group("name"), m.group("pid"))
+            if m.group("ip"):
+                meta = {"ip": m.group("ip")}
+            text = raw[m.end():]
+        else:
+            text = raw[start:]
+        if start and envs is not None:
+            envs.learn(raw[:start])
+    else:
+        start = _headless_envelope(raw, envs)
+        text = raw[start:]
+    if start:
+        env = raw[:start]
+        got = envelope_meta(env)
+        if got:
+            meta = dict(got, **meta) if meta else got
+        text = _close(text, env)
+    return normalise_message(text), rank, meta
 
 
-def make_line(number: int, data: bytes) -> Line:
-    """Decode one raw line (without its newline) into a `Line`."""
+# --- inside the message ---------------------------------------------------------------------
+
+# a number grouped with a locale's thousands separator ("2.918.000", "2 918 000", "2'918'000", narrow
+# no-break space); the comma is left alone: vLLM prints "485,088" itself and the patterns read it,
+# while "[512,504,496]" is a list, and a single ",ddd" may be a decimal comma ("1,234 GiB")
+_GROUPED = re.compile(
+    r"(?<![\w.,'\u2019\u202f\u00a0\u2009])\d{1,3}(?P<sep>[.'\u2019\u202f\u00a0\u2009 ])\d{3}(?:(?P=sep)\d{3})*"
+    r"(?![\w\u202f\u00a0\u2009]|[.,'\u2019]\d)"
+)
+_COUNT_UNIT = re.compile(r" (?:tokens|blocks|reqs|requests|seqs|sequences)\b")  # units of whole numbers
+_GROUP_HINT = re.compile(r"\d[.'\u2019\u202f\u00a0\u2009 ]\d{3}")
+# longer lines are dumps vLLM formats itself (config, args, request prompts): their numbers and spacing
+# are left alone (a trailing remark is still dropped)
+NORMALISE_MAX_CHARS = 1000
+# the end of the vLLM (or uvicorn) head inside a line's text, and the message's own indentation after it
+_MSG_START = re.compile(
+    r"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? (?:\[[^\]]*\]|[\w.-]+:\d+\])? ?"
+    r"|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[ \t]+)?[ \t]*"
+)
+_ALIGN = re.compile(r"(?<=\S)(?:[ \t]{2,}|\t)(?=\S)")
+_REMARK = re.compile(r"(?<=\S)[ \t]+#[ \t].*$")
+_LOGO = re.compile("[\u2580-\u259f]")  # vLLM's ASCII logo: its alignment is what the logo patterns read
+
+
+def _ungroup(m: "re.Match[str]") -> str:
+    s, sep = m.group(0), m.group("sep")
+    if sep == ".":
+        parts = s.split(".")
+        if len(parts) == 4 and all(int(p) <= 255 for p in parts):
+            return s  # an IPv4 address
+        if len(parts) == 2 and not _COUNT_UNIT.match(m.string, m.end()):
+            return s  # one dot is a decimal point, unless a count follows ("485.088 tokens")
+    elif sep == " ":
+        text, a, b = m.string, m.start(), m.end()
+        if re.match(r" ?[A-Za-z%]", text[b: b + 2]) is None or re.search(r"\d[ ,]$", text[max(0, a - 2): a]):
+            return s  # only a count before its unit ("2 918 000 tokens"), never one of a list of numbers
+    return s.replace(sep, "")
+
+
+def normalise_message(text: str) -> str:
+    """The message as the patterns expect it: thousands separators of any locale removed, runs of
+    spaces used for alignment collapsed to one, a trailing ``# remark`` dropped.
+
+    The head and the message's own indentation (tracebacks, code) are kept, and so is the alignment
+    of vLLM's ASCII logo. The numbers of the lines vLLM prints by the thousand (stats) are not looked
+    at, and lines over `NORMALISE_MAX_CHARS` keep their numbers and spacing.
+    """
+    short = len(text) <= NORMALISE_MAX_CHARS
+    if short and "Avg prompt throughput" not in text and _GROUP_HINT.search(text):
+        text = _GROUPED.sub(_ungroup, text)
+    spaced = short and ("  " in text or "\t" in text)
+    if not spaced and " #" not in text and "\t#" not in text:
+        return text
+    k = _MSG_START.match(text).end()  # type: ignore[union-attr]  # (it can match empty)
+    body = text[k:]
+    if spaced and ("  " in body or "\t" in body) and not _LOGO.search(body):
+        body = _ALIGN.sub(" ", body)
+    if " #" in body or "\t#" in body:
+        m = _REMARK.search(body)
+        if m is not None and m.start() > 0 and _keyword_rx().search(m.group(0)) is None:
+            body = body[: m.start()]
+    return text[:k] + body if k else body
+
+
+def make_line(number: int, data: bytes, envs: "Envelopes | None" = None) -> Line:
+    """Decode one raw line (without its newline) into a `Line`; ``envs``: the input's `Envelopes`."""
     raw = data.decode("utf-8", "replace")
     if "\r" in raw:
         raw = raw.rstrip("\r")
@@ -181,7 +425,9 @@ def make_line(number: int, data: bytes) -> Line:
         raw = _ANSI.sub("", raw)  # strip_ansi, without a call for the usual line
     if "\x00" in raw:
         raw = raw.replace("\x00", "")
-    text, rank, meta = split_envelope(raw)
+    if raw[:1] == "\ufeff":
+        raw = raw[1:]  # a byte-order mark (an editor's UTF-8 file, or what a UTF-16 one decodes to)
+    text, rank, meta = split_envelope(raw, envs)
     return Line(number, text, rank, raw, meta)
 
 
@@ -252,6 +498,116 @@ class _ZstdReader(io.RawIOBase):
             super().close()
 
 
+class _Utf16Reader(io.RawIOBase):
+    """A UTF-16 stream (a PowerShell ``>`` redirect, Notepad's "Unicode") read as UTF-8.
+
+    Invalid sequences become U+FFFD as in UTF-8 input; a byte-order mark is dropped."""
+
+    def __init__(self, inner: BinaryIO, encoding: str):
+        self._inner = inner
+        self._dec = codecs.getincrementaldecoder(encoding)("replace")
+        self._buf = b""
+        self._eof = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf) -> int:
+        while not self._buf and not self._eof:
+            data = self._inner.read(CHUNK_BYTES)
+            self._eof = not data
+            self._buf = self._dec.decode(data, final=self._eof).encode("utf-8", "replace")
+        n = min(len(buf), len(self._buf))
+        buf[:n] = self._buf[:n]
+        self._buf = self._buf[n:]
+        return n
+
+    def close(self) -> None:
+        try:
+            self._inner.close()
+        finally:
+            super().close()
+
+
+UTF16_SNIFF_BYTES = 4096
+
+
+def detect_utf16(head: bytes) -> str | None:
+    """``utf-16`` (with a byte-order mark), ``utf-16-le`` / ``utf-16-be`` (without one, when the
+    text is mostly ASCII: every other byte is NUL), or None for any other input."""
+    if head[:2] in (b"\xff\xfe", b"\xfe\xff") and head[:4] != b"\xff\xfe\x00\x00":
+        return "utf-16"
+    sample = head[: UTF16_SNIFF_BYTES & ~1]
+    if len(sample) < 16:
+        return None
+    even, odd = sample[0::2], sample[1::2]
+    half = len(sample) // 2
+    if odd.count(0) >= 0.9 * half and even.count(0) <= 0.1 * half:
+        return "utf-16-le"
+    if even.count(0) >= 0.9 * half and odd.count(0) <= 0.1 * half:
+        return "utf-16-be"
+    return None
+
+
+def _text_stream(fh: BinaryIO, name: str) -> BinaryIO:
+    """``fh`` itself, or — for UTF-16 text — a UTF-8 view of it (judged from its buffered head)."""
+    try:
+        head = fh.peek(UTF16_SNIFF_BYTES)[:UTF16_SNIFF_BYTES] if hasattr(fh, "peek") else b""
+    except OSError as exc:
+        fh.close()
+        raise InputError(f"{name}: cannot read ({exc.strerror or exc})") from None
+    encoding = detect_utf16(head)
+    if encoding is None:
+        return fh
+    return io.BufferedReader(_Utf16Reader(fh, encoding), CHUNK_BYTES)  # type: ignore[arg-type,return-value]
+
+
+class _SniffedText(io.RawIOBase):
+    """A decompressed stream that may hold UTF-16 text: judged on the first read, so that a truncated
+    archive still fails while it is read (with the lines before the damage), not when it is opened."""
+
+    def __init__(self, inner: BinaryIO):
+        self._inner = inner
+        self._read: Any = None  # the readinto of what the head showed the stream to be
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf) -> int:
+        if self._read is None:
+            head = self._inner.read(UTF16_SNIFF_BYTES)
+            encoding = detect_utf16(head)
+            rest = io.BufferedReader(_Prefixed(head, self._inner), CHUNK_BYTES)  # type: ignore[arg-type]
+            self._read = (_Utf16Reader(rest, encoding) if encoding else rest).readinto
+        return self._read(buf)
+
+    def close(self) -> None:
+        try:
+            self._inner.close()
+        finally:
+            super().close()
+
+
+class _Prefixed(io.RawIOBase):
+    """``head`` (bytes already read), then the rest of ``inner``."""
+
+    def __init__(self, head: bytes, inner: BinaryIO):
+        self._head, self._inner = head, inner
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf) -> int:
+        if self._head:
+            n = min(len(buf), len(self._head))
+            buf[:n] = self._head[:n]
+            self._head = self._head[n:]
+            return n
+        data = self._inner.read(len(buf))
+        buf[: len(data)] = data
+        return len(data)
+
+
 def detect_compression(head: bytes) -> str | None:
     """Name the compression of a stream from its first bytes, or None."""
     for magic, name in _MAGIC:
@@ -288,7 +644,7 @@ def open_input(source: str, max_bytes: int = DEFAULT_MAX_BYTES) -> BinaryIO:
         raise InputError(f"{name}: cannot read ({exc.strerror or exc})") from None
     kind = detect_compression(head)
     if kind is None:
-        return fh
+        return _text_stream(fh, name)
     if kind == "gzip":
         inner: BinaryIO = gzip.GzipFile(fileobj=fh, mode="rb")  # type: ignore[assignment]
     elif kind == "bz2":
@@ -302,7 +658,8 @@ def open_input(source: str, max_bytes: int = DEFAULT_MAX_BYTES) -> BinaryIO:
             fh.close()
             raise InputError(f"{name}: zstd-compressed, but the zstandard package is missing") from None
         inner = _ZstdReader(fh, zstandard)  # type: ignore[assignment]
-    return io.BufferedReader(_CappedReader(inner, max_bytes, name), CHUNK_BYTES)  # type: ignore[arg-type]
+    capped = io.BufferedReader(_CappedReader(inner, max_bytes, name), CHUNK_BYTES)  # type: ignore[arg-type]
+    return io.BufferedReader(_SniffedText(capped), CHUNK_BYTES)  # type: ignore[arg-type]
 
 
 def _read_error(name: str, exc: BaseException) -> InputError:
@@ -751,11 +1108,12 @@ def iter_lines(
     prefilter is searched by worker processes (`_parallel_lines`); the lines are the same.
     """
     st = stats or LineStats()
+    envs = Envelopes()
     chunks, number = None, 0  # number: lines completed before the current chunk
     if prefilter is not None:
         setup = _parallel_setup(fh, prefilter)
         if setup is not None:
-            chunks, number = yield from _parallel_lines(fh, name, prefilter, st, *setup)
+            chunks, number = yield from _parallel_lines(fh, name, prefilter, st, *setup, envs=envs)
     if chunks is None:
         chunks = iter_chunks(fh, name, stats=st)
     scan = ChunkScanner(prefilter, _file_size(fh)) if prefilter is not None else None
@@ -771,7 +1129,7 @@ def iter_lines(
                 if len(part) > MAX_LINE_BYTES:
                     part = part[:MAX_LINE_BYTES]
                     st.long_lines += 1
-                line = make_line(number, part)
+                line = make_line(number, part, envs)
                 if i == last:
                     line.unterminated = True
                 yield line
@@ -782,7 +1140,7 @@ def iter_lines(
                 if len(part) > MAX_LINE_BYTES:
                     part = part[:MAX_LINE_BYTES]
                     st.long_lines += 1
-                line = make_line(number + before + 1, part)
+                line = make_line(number + before + 1, part, envs)
                 if end == len(chunk) and not chunk.endswith(b"\n"):
                     line.unterminated = True
                 yield line
@@ -966,7 +1324,7 @@ def _read_record(src: BinaryIO, name: str, st: LineStats) -> tuple[int, int, arr
 
 
 def _parallel_lines(fh: BinaryIO, name: str, prefilter: "re.Pattern[bytes]", st: LineStats,
-                    fd: int, start: int, units: int, jobs: int):
+                    fd: int, start: int, units: int, jobs: int, envs: "Envelopes | None" = None):
     """Yield the candidate lines of the first ``units`` units; return (chunks of the rest, lines so far).
 
     Worker ``k`` searches units k, k + jobs, ... and writes their records to its own pipe; the pipes
@@ -995,7 +1353,7 @@ def _parallel_lines(fh: BinaryIO, name: str, prefilter: "re.Pattern[bytes]", st:
                 if len(part) > MAX_LINE_BYTES:
                     part = part[:MAX_LINE_BYTES]
                     st.long_lines += 1
-                yield make_line(number + n, part)
+                yield make_line(number + n, part, envs)
             number += newlines
             st.lines = number
     finally:
