@@ -23,6 +23,7 @@ NAMES = {
     "startup_fix": "the catalogue's fix for the cause, numbers filled in",
     "startup_links_text": "kvlogdiag rules that explain the same cause in depth (e.g. 'KVD002'), null when none",
     "startup_raised_in": "for an uncatalogued cause: the vLLM file and releases whose raise states it",
+    "startup_read_note": "how the cause was read when not from one whole exception line (a hard-wrapped line joined, a cut paste's raise statement), null otherwise",
     "startup_not_in_excerpt": "the failure is shown but its cause is not in this excerpt: why, which process died, what to collect",
 }
 
@@ -50,6 +51,11 @@ def provide(facts: LogFacts, analysis: dict, ctx: Mapping[str, Any], put: Callab
         put("startup_numbers_text", ", ".join(f"{k}={_shown(v)}" for k, v in nums.items()) or None)
         put("startup_fix", st.get("fix"))
         put("startup_links_text", ", ".join(st.get("links") or []) or None)
+        det = st.get("details") or {}
+        if det.get("from_raise_statement"):
+            put("startup_read_note", "The excerpt ends right after the `raise` statement that states it; its exception line is cut.")
+        elif det.get("joined_lines"):
+            put("startup_read_note", f"Lines {det['joined_lines']} are one message cut by the terminal's line wrap.")
         raised = st.get("raised_in")
         if raised:
             put("startup_raised_in", f"{raised['file']} (vLLM {raised['versions']})")
