@@ -11,8 +11,10 @@ from typing import Any, BinaryIO
 
 from kvlogdiag.catalogue.patterns import prefilter_regex
 from kvlogdiag.derive.figures import derive
+from kvlogdiag.extract.commands import PREFILTER_KEYWORDS as COMMAND_KEYWORDS
 from kvlogdiag.extract.extractor import Extractor
 from kvlogdiag.extract.facts import LogFacts
+from kvlogdiag.extract.platform import keywords as platform_keywords
 from kvlogdiag.extract.runs import server_starts
 from kvlogdiag.input.reader import (
     DEFAULT_MAX_BYTES,
@@ -39,7 +41,7 @@ from kvlogdiag.rules.condition import EvaluationError, regex_search
 from kvlogdiag.rules.context import Options
 from kvlogdiag.rules.engine import RuleError, RuleSet, evaluate, load_rules
 
-__all__ = ["Analyzer", "InputError", "Session", "analyze_source", "build_analysis"]
+__all__ = ["Analyzer", "ContainerSessions", "InputError", "Session", "analyze_source", "build_analysis"]
 
 _PREFILTER = None
 
@@ -48,7 +50,8 @@ def prefilter():
     """The compiled bytes prefilter (built once per process)."""
     global _PREFILTER
     if _PREFILTER is None:
-        _PREFILTER = prefilter_regex()
+        # launch commands in list/block/Python forms and platform evidence (extract/commands.py, platform.py)
+        _PREFILTER = prefilter_regex(COMMAND_KEYWORDS + platform_keywords())
     return _PREFILTER
 
 
@@ -97,12 +100,14 @@ class Session:
     `Analysis` per server start seen so far, in log order.
     """
 
-    def __init__(self, analyzer: "Analyzer", source: str):
+    def __init__(self, analyzer: "Analyzer", source: str, container: str | None = None):
         self.analyzer = analyzer
         self.source = source
+        self.container = container
         self.extractor = analyzer.new_extractor(source)
         self.lines = 0
         self.long_lines = 0
+        self.fed = 0  # lines fed (candidate lines, with the prefilter)
 
     @property
     def runs(self) -> list[LogFacts]:
@@ -111,6 +116,7 @@ class Session:
     def feed(self, line: Line) -> None:
         self.extractor.feed(line)
         self.lines = max(self.lines, line.number)
+        self.fed += 1
 
     def new_run(self, reason: str, first_line: int) -> None:
         """Start a new run by hand (``watch -f`` saw the file truncated: the server was restarted)."""
@@ -119,10 +125,43 @@ class Session:
     def analyses(self, lines_read: int | None = None, long_lines: int | None = None) -> list[Analysis]:
         self.extractor.finish(self.lines if lines_read is None else lines_read,
                               self.long_lines if long_lines is None else long_lines)
-        return [self.analyzer.analyze_facts(f) for f in server_starts(self.extractor.runs)]
+        out = [self.analyzer.analyze_facts(f) for f in server_starts(self.extractor.runs)]
+        for a in out:
+            a.container = self.container
+        return out
 
     def result(self, lines_read: int | None = None, long_lines: int | None = None) -> InputAnalysis:
-        return InputAnalysis(self.source, self.analyses(lines_read, long_lines))
+        return InputAnalysis(self.source, self.analyses(lines_read, long_lines), self.container)
+
+
+class ContainerSessions:
+    """One `Session` per container of an interleaved multi-container log, never merged.
+
+    ``docker compose logs`` prefixes each line with ``name  | ``, ``kubectl logs --prefix`` with
+    ``[pod/p/c] ``; the reader keeps that name as ``meta["container"]``. Lines of each container feed
+    their own session, so two servers' figures, configs and findings are never mixed. Lines without a
+    container name (compose's own ``Attaching to ...``) form an analysis of their own only when
+    candidate lines came without any container, or the log names no container at all.
+    """
+
+    def __init__(self, analyzer: "Analyzer", source: str):
+        self.analyzer = analyzer
+        self.source = source
+        self.sessions: dict[str | None, Session] = {}
+
+    def feed(self, line: Line) -> None:
+        key = line.meta.get("container") if line.meta else None
+        s = self.sessions.get(key)
+        if s is None:
+            s = self.sessions[key] = Session(self.analyzer, self.source, key)
+        s.feed(line)
+
+    def results(self, lines_read: int, long_lines: int) -> list[InputAnalysis]:
+        """One `InputAnalysis` per container, in order of first appearance (lines_read: the input's)."""
+        shown = [s for k, s in self.sessions.items() if k is not None or s.fed]
+        if not shown:
+            shown = [Session(self.analyzer, self.source)]
+        return [s.result(lines_read, long_lines) for s in shown]
 
 
 class Analyzer:
@@ -158,7 +197,7 @@ class Analyzer:
     def needs_every_line(self) -> bool:
         return bool(self.rules.line_patterns)
 
-    def read(self, fh: BinaryIO, source: str, session: Session) -> LineStats:
+    def read(self, fh: BinaryIO, source: str, session: "Session | ContainerSessions") -> LineStats:
         """Feed every (candidate) line of ``fh`` into ``session``."""
         stats = LineStats()
         width = detect_hard_wrap(fh, source)
@@ -176,21 +215,31 @@ class Analyzer:
         findings = evaluate(self.rules, facts, derived, self.options, self.rule_errors)
         return build_analysis(facts, derived, findings)
 
-    def analyze_stream(self, fh: BinaryIO, source: str) -> InputAnalysis:
-        s = self.session(source)
-        stats = self.read(fh, source, s)
-        return s.result(stats.lines, stats.long_lines)
+    def analyze_stream_split(self, fh: BinaryIO, source: str) -> list[InputAnalysis]:
+        """One `InputAnalysis` per container of ``fh`` (one for a log of one server): see `ContainerSessions`."""
+        router = ContainerSessions(self, source)
+        stats = self.read(fh, source, router)
+        return router.results(stats.lines, stats.long_lines)
 
-    def analyze_source(self, source: str, max_bytes: int = DEFAULT_MAX_BYTES) -> InputAnalysis:
-        """Read and analyse one input. Raises `InputError` when it cannot be read at all."""
+    def analyze_stream(self, fh: BinaryIO, source: str) -> InputAnalysis:
+        """The analysis of ``fh``; of a multi-container log, its first container's (never a merge:
+        `analyze_stream_split` gives them all)."""
+        return self.analyze_stream_split(fh, source)[0]
+
+    def analyze_source_split(self, source: str, max_bytes: int = DEFAULT_MAX_BYTES) -> list[InputAnalysis]:
+        """Read and analyse one input, per container. Raises `InputError` when it cannot be read at all."""
         fh = open_input(source, max_bytes)
         try:
-            return self.analyze_stream(fh, source)
+            return self.analyze_stream_split(fh, source)
         finally:
             try:
                 fh.close()
             except Exception:  # noqa: BLE001 - closing a broken stream must not hide the real error
                 pass
+
+    def analyze_source(self, source: str, max_bytes: int = DEFAULT_MAX_BYTES) -> InputAnalysis:
+        """Read and analyse one input (its first container's analysis: see `analyze_stream`)."""
+        return self.analyze_source_split(source, max_bytes)[0]
 
 
 def build_analysis(facts: LogFacts, d: dict[str, Any], findings: list[dict]) -> Analysis:

@@ -18,7 +18,7 @@ import re
 import statistics
 from typing import Any
 
-from kvlogdiag.extract.facts import Fact, LogFacts
+from kvlogdiag.extract.facts import Fact, LogFacts, provenance_kind
 
 GIB = 1 << 30
 AGREE_REL = 0.01
@@ -33,6 +33,7 @@ _SOURCE_PRIORITY = {
     "free_memory_report": 30, "cuda_graph_equivalent": 29, "util_too_high_start": 28, "v0_profile": 27,
     "chunked_prefill_line": 30, "partial_prefill_line": 30, "using_max_model_len": 20,
     "server_version": 15, "logo": 14, "user_command": 10, "ascend_config": 5, "prose": 3,
+    "command_list": 10, "python_call": 10, "command_flags": 9,
     "kv_format_line": 35, "wrapper_config": 44,
 }
 _ENGINE_FIRST = {"max_model_len": 60, "model": 60, "kv_cache_dtype": 60}
@@ -50,10 +51,14 @@ def parse_version(text: str | None) -> tuple[int, ...] | None:
     return tuple(int(g) for g in m.groups() if g is not None)
 
 
-def _priority(key: str, source: str) -> int:
+_KIND_RANK = {"log": 2, "command": 1, "prose": 0}  # a log line beats a command, a command beats prose
+
+
+def _priority(key: str, source: str) -> tuple[int, int]:
+    kind = _KIND_RANK[provenance_kind(source)]
     if source == "engine_config" and key in _ENGINE_FIRST:
-        return _ENGINE_FIRST[key]
-    return _SOURCE_PRIORITY.get(source, 1)
+        return kind, _ENGINE_FIRST[key]
+    return kind, _SOURCE_PRIORITY.get(source, 1)
 
 
 def resolve_config(facts: LogFacts) -> tuple[dict[str, Any], dict[str, Fact], dict[str, list]]:
@@ -150,10 +155,24 @@ def resolve_engine(facts: LogFacts, version: str | None) -> str | None:
     return "v1" if kinds.count("v1") >= kinds.count("v0") and "v1" in kinds else "v0"
 
 
+def platform_facts(facts: LogFacts) -> list[Fact]:
+    """The platform evidence that decides: that of the best kind present (log > command > prose), and
+    strong evidence over weak (CUDA_VISIBLE_DEVICES, vllm/platforms/cuda.py: ROCm sets and runs them too)."""
+    for kind in ("log", "command", "prose"):
+        lst = [f for f in facts.platform if f.value and f.kind == kind]
+        strong = [f for f in lst if "_weak" not in f.source]
+        if strong or lst:
+            return strong or lst
+    return []
+
+
 def resolve_platform(facts: LogFacts) -> str | None:
-    found = [f.value for f in facts.platform]
+    decisive = platform_facts(facts)
+    found = [f.value for f in decisive]
     if not found:
         return None
+    if decisive[0].kind != "log" and len(set(found)) > 1:
+        return None  # a command or prose naming two platforms: not ours to pick
     if "rocm" in found and all(p in ("rocm", "cuda") for p in found):
         return "rocm"
     for strong in ("npu", "cpu", "xpu", "tpu", "hpu"):
@@ -450,15 +469,15 @@ def derive(facts: LogFacts) -> dict[str, Any]:
     prov: dict[str, dict] = {}
     for key, f in sorted(chosen.items()):
         if key in analysis["config"]:
-            prov[f"config.{key}"] = {"line": f.line, "rank": f.rank, "source": f.source}
+            prov[f"config.{key}"] = {"line": f.line, "rank": f.rank, "source": f.source, "kind": f.kind}
     for name, lst in (("vllm.version", [f for f in facts.version if f.value == version]),
                       ("vllm.engine", [f for f in facts.engine if f.value == engine]),
-                      ("vllm.platform", [f for f in facts.platform if f.value == platform])):
+                      ("vllm.platform", [f for f in platform_facts(facts) if f.value == platform])):
         if lst:
-            prov[name] = {"line": lst[0].line, "rank": lst[0].rank, "source": lst[0].source}
+            prov[name] = {"line": lst[0].line, "rank": lst[0].rank, "source": lst[0].source, "kind": lst[0].kind}
     if facts.insufficient_kv:
         f = facts.insufficient_kv[0]
-        prov["errors.insufficient_kv"] = {"line": f.line, "rank": f.rank, "source": f.source}
+        prov["errors.insufficient_kv"] = {"line": f.line, "rank": f.rank, "source": f.source, "kind": f.kind}
     analysis["provenance"] = prov
     analysis["_chosen"] = chosen
     return analysis

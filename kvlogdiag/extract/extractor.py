@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import math
 import re
-import shlex
 from typing import Any, Callable
 
 from kvlogdiag.catalogue.patterns import STATS_TAIL, Pattern, catalogue
+from kvlogdiag.extract import commands
 from kvlogdiag.extract.facts import Fact, LogFacts
 from kvlogdiag.extract.failures import StartupTracker
+from kvlogdiag.extract.platform import evidence as platform_evidence
 from kvlogdiag.extract.pyrepr import CLASS_KEY, parse_json_or_repr, parse_repr, scalar, split_key_values, unwrap_path
 from kvlogdiag.input.reader import Line
 
@@ -31,22 +32,7 @@ CONFIG_KEYS = (
     "decode_context_parallel_size", "kv_offloading_size", "kv_offloading_backend", "async_scheduling",
     "max_cudagraph_capture_size", "calculate_kv_scales",
 )
-_ARG_ALIASES = {"model_tag": "model", "tp": "tensor_parallel_size", "pp": "pipeline_parallel_size",
-                "dp": "data_parallel_size", "chunked_prefill_enabled": "enable_chunked_prefill",
-                "max_seq_len": "max_model_len", "kv_cache_memory": "kv_cache_memory_bytes"}
-_CLI_SHORT = {"-tp": "tensor_parallel_size", "-pp": "pipeline_parallel_size", "-dp": "data_parallel_size",
-              "-q": "quantization", "-O": "compilation_config"}
-_CLI_BOOL = {"disable_hybrid_kv_cache_manager", "enforce_eager", "enable_prefix_caching", "enable_chunked_prefill",
-             "enable_expert_parallel", "trust_remote_code", "async_scheduling", "skip_tokenizer_init",
-             # on/off flags that take no value, so a model path after them is not read as their value
-             "enable_auto_tool_choice", "disable_log_requests", "disable_log_stats", "enable_log_requests",
-             "enable_lora", "disable_custom_all_reduce", "enable_reasoning", "disable_frontend_multiprocessing",
-             "enable_sleep_mode", "disable_sliding_window", "use_v2_block_manager", "enable_prompt_tokens_details",
-             "disable_fastapi_docs", "enable_server_load_tracking", "enable_force_include_usage",
-             "enable_request_id_headers", "disable_uvicorn_access_log", "headless", "api_server_count_auto",
-             "enable_eplb", "enable_dbo", "no_enable_prefix_caching", "enable_return_routed_experts",
-             "allow_credentials", "enable_mfu_metrics", "return_tokens_as_token_ids", "disable_mm_preprocessor_cache"}
-_CLI_NEGATABLE = {"no_" + k: k for k in _CLI_BOOL} | {"no_disable_hybrid_kv_cache_manager": "disable_hybrid_kv_cache_manager"}
+_ARG_ALIASES = commands.ALIASES
 
 _START_MARKERS = {"engine_config", "api_server_version", "server_version", "logo_version", "non_default_args",
                   "args_namespace", "user_command"}
@@ -116,63 +102,6 @@ def _drop_cut_entry(d: dict, line: Line) -> dict:
         d = dict(d)
         d.pop(next(reversed(d)))
     return d
-
-
-def _split_command(cmd: str) -> list[str]:
-    try:
-        return shlex.split(cmd)
-    except ValueError:  # an unbalanced quote in a pasted command: fall back to whitespace
-        return cmd.split()
-
-
-_SIZE = re.compile(r"^(\d+(?:\.\d+)?)([kKmMgGtT])$")
-_SIZE_INT_KEYS = {"max_model_len", "max_num_batched_tokens", "max_num_seqs"}
-
-
-def _cli_int(v: Any) -> Any:
-    """vLLM >= 0.10 accepts size suffixes: 32K = 32768 (binary), 32k = 32000 (decimal)."""
-    if isinstance(v, str):
-        m = _SIZE.match(v)
-        if m:
-            num, unit = m.groups()
-            val = float(num) * ((1024 if unit.isupper() else 1000) ** ("kmgt".index(unit.lower()) + 1))
-            if val.is_integer():
-                return int(val)
-    return v
-
-
-def _parse_cli(toks: list[str], i: int = 0, positional: bool = False) -> dict[str, Any]:
-    """vLLM command-line flags → args dict (argparse dest names); with ``positional`` the first
-    bare token (``vllm serve [flags] MODEL [flags]``) is the model."""
-    args: dict[str, Any] = {}
-    while i < len(toks):
-        t = toks[i]
-        if t in ("|", "2>&1", "&&", ";", ">", ">>", "&"):
-            break
-        if positional and not t.startswith("-"):
-            args.setdefault("model", t)
-            positional = False
-            i += 1
-            continue
-        if t.startswith("-"):
-            name, _, val = t.partition("=")
-            dest = _CLI_SHORT.get(name) or name.lstrip("-").replace("-", "_")
-            if dest in _CLI_NEGATABLE and not val:
-                args[_CLI_NEGATABLE[dest]] = dest.startswith("no_") and False
-                i += 1
-                continue
-            if dest in _CLI_BOOL and not val:
-                args[dest] = True
-                i += 1
-                continue
-            if not val and i + 1 < len(toks) and not toks[i + 1].startswith("--"):
-                val = toks[i + 1]
-                i += 1
-            args[dest] = scalar(val) if dest not in ("kv_transfer_config", "additional_config") else parse_json_or_repr(val)
-            if dest in _SIZE_INT_KEYS:
-                args[dest] = _cli_int(args[dest])
-        i += 1
-    return args
 
 
 # -- the stats line's search (Extractor.feed's hot path on long logs) ------------------------------
@@ -270,6 +199,9 @@ class Extractor:
         self._llm_line = -10  # line of the last 'LLM(' of a pasted offline script
         self._advice_line = -10  # line of the last "For example" / "you could try"
         self._cmd_need_model = False
+        self._block = commands.BlockList()  # a YAML 'args:' / 'command:' block list being read
+        self._py_open = -10  # line of the last kwargs of an LLM(...) / EngineArgs(...) call still open
+        self._bare_flag: tuple[int, dict, Fact] | None = None  # a lone vLLM flag line (a block needs two)
         self._ikv_regex = next(p.regex for p in pats if p.name == "insufficient_kv")
         self.startup = StartupTracker()  # root cause of a failed start (kvlogdiag/extract/failures.py)
         self.run_listeners.append(self._startup_next_run)
@@ -288,6 +220,7 @@ class Extractor:
                 self._h_stats(m, line, self._fact(None, line, "stats"))
                 return
         seen: set[str] = set()
+        matched: set[str] = set()
         for km in self._kw_re.finditer(text):
             for p in self._by_kw[km.group(0)]:
                 if p.name in seen:
@@ -298,9 +231,11 @@ class Extractor:
                         and p.name not in _WHOLE_LINE_OK:
                     continue  # the input ends inside this value: "28048" cut after "280" is no figure
                 if m is not None:
+                    matched.add(p.name)
                     if p.name in _START_MARKERS:
                         self._maybe_new_run(p.name, line)
                     self._handlers[p.name](m, line, self._fact(None, line, p.name))
+        self._harvest(line, matched)
 
     def finish(self, lines_read: int, long_lines: int = 0) -> LogFacts:
         """The facts of the last (current) run; every run's facts are in ``self.runs``."""
@@ -310,6 +245,9 @@ class Extractor:
             f.runs = len(self.runs)
         self.facts.last_line_of_run = max(lines_read, self._last_number, self.facts.first_line)
         self.facts.startup = self.startup.result()
+        block = self._block.close()
+        if block is not None:
+            self._args_dict(block[0], block[1], "command_list")
         return self.facts
 
     def _startup_next_run(self, old: LogFacts, new: LogFacts) -> None:
@@ -449,23 +387,9 @@ class Extractor:
     def _h_user_command(self, m: re.Match, line: Line, fact: Fact) -> None:
         if 0 <= line.number - self._advice_line <= 3:
             return  # a command suggested in a reply ("For example, ...") is not this run's
-        cmd = m.group("cmd").rstrip().rstrip("`").rstrip()
-        # a command continued with a trailing backslash: the next flag lines belong to it
-        self._cmd_line, self._cmd_cont = line.number, cmd.endswith("\\")
-        toks = _split_command(cmd.rstrip("\\"))
-        i = 0
-        if toks[:1] == ["docker"]:
-            img = next((k for k, t in enumerate(toks) if "vllm-openai" in t and not t.startswith("-")), None)
-            if img is None:
-                return
-            toks = toks[img + 1:]
-        serve = next((k for k in range(1, len(toks)) if toks[k] == "serve" and toks[k - 1].rsplit("/", 1)[-1] == "vllm"), None)
-        if serve is not None:
-            args = _parse_cli(toks[serve + 1:], i, positional=True)
-            self._cmd_need_model = "model" not in args and self._cmd_cont  # 'vllm serve \' + model below
-        else:
-            args = _parse_cli(toks, i)
-        self._args_dict(args, fact, "user_command")
+        cmd = commands.shell_command(m.group("cmd"), whole_line=True)
+        if cmd is not None:
+            self._use_command(cmd, line, fact)
 
     def _h_command_continuation(self, m: re.Match, line: Line, fact: Fact) -> None:
         # after a backslash the command goes on (lines without known flags in between are skipped by the
@@ -473,7 +397,75 @@ class Extractor:
         if self._cmd_line < 0 or line.number - self._cmd_line > (60 if self._cmd_cont else 2):
             return
         self._cmd_line, self._cmd_cont = line.number, bool(m.group("cont"))
-        self._args_dict(_parse_cli(_split_command(m.group("args")), 0), fact, "user_command")
+        self._args_dict(commands.parse_flags(commands.split_shell(m.group("args"))), fact, "user_command")
+
+    def _use_command(self, cmd: commands.Command, line: Line, fact: Fact, source: str = "user_command") -> None:
+        # a command continued with a trailing backslash: the next flag lines belong to it
+        self._cmd_line, self._cmd_cont = line.number, cmd.continued
+        self._cmd_need_model = cmd.needs_model  # 'vllm serve \' + the model on the line below
+        self._args_dict(cmd.args, fact, source)
+
+    _LIST_HINT = re.compile(r"\[\s*[\"'\u201c]")
+
+    def _harvest(self, line: Line, matched: set[str]) -> None:
+        """What the catalogue's patterns do not read: platform evidence (extract/platform.py) and launch
+        commands in the other forms (extract/commands.py): a shell command behind a wrapper or in prose,
+        a JSON/YAML list, a YAML block list, bare flag lines, an LLM(...) / EngineArgs(...) call."""
+        text = line.text
+        for ev in platform_evidence(line.raw or text):  # the whole line: table cells are an envelope to the reader
+            if ev.platform:
+                src = ev.what + ("_weak" if ev.weak else "") + ("" if ev.kind == "log" else "_in_" + ev.kind)
+                self.facts.platform.append(self._fact(ev.platform, line, src))
+        if self._block.open or "args" in text or "command" in text:
+            done = self._block.feed(line.number, text, self._fact(None, line, "command_list"))
+            if done is not None:
+                self._args_dict(done[0], done[1], "command_list")
+            if self._block.open:
+                return  # the head or an item of the block
+        advice = 0 <= line.number - self._advice_line <= 3
+        if "LLM" in text or "EngineArgs" in text:
+            call = None if advice else commands.python_call(text)
+            if call is not None:
+                self._py_open = line.number if call[1] else -10
+                if call[0]:
+                    self._args_dict(call[0], self._fact(None, line, "python_call"), "python_call")
+                return
+        if 0 < line.number - self._py_open <= 3:  # an argument line of the call above (blank lines are not fed)
+            kwargs = commands.python_kwargs(text)
+            self._py_open = line.number if text.count("(") >= text.count(")") else -10
+            if kwargs:
+                self._args_dict(kwargs, self._fact(None, line, "python_call"), "python_call")
+            return
+        if advice or "user_command" in matched:
+            return
+        if "vllm" in text or "api_server" in text:
+            cmd = commands.shell_command(text)
+            if cmd is not None:
+                self._use_command(cmd, line, self._fact(None, line, "user_command"))
+                return
+        if self._LIST_HINT.search(text) or "command" in text or "args" in text or "CMD" in text:
+            cmd = commands.list_command(text)
+            if cmd is not None:
+                self._use_command(cmd, line, self._fact(None, line, "command_list"), "command_list")
+                return
+        if self._cmd_line != line.number and text.lstrip().startswith("-"):
+            self._bare_flags(line, text)
+
+    def _bare_flags(self, line: Line, text: str) -> None:
+        """Flag lines with no command above: vLLM's when two of its flags stand together (on one line
+        or on two lines in a row) — a single flag could belong to any tool."""
+        args, known = commands.flag_line_args(text)
+        if known == 0:
+            return
+        fact = self._fact(None, line, "command_flags")
+        pending, self._bare_flag = self._bare_flag, None
+        if known == 1 and not (pending and pending[0] == line.number - 1):
+            self._bare_flag = (line.number, args, fact)
+            return
+        if pending and pending[0] == line.number - 1:
+            self._args_dict(pending[1], pending[2], "command_flags")
+        self._cmd_line, self._cmd_cont = line.number, text.rstrip().endswith("\\")
+        self._args_dict(args, fact, "command_flags")
 
     def _h_vllm_env(self, m: re.Match, line: Line, fact: Fact) -> None:
         for em in self._env_iter(line.text):

@@ -26,6 +26,27 @@ class Fact:
     def evidence(self) -> dict:
         return {"line": self.line, "rank": self.rank, "text": self.raw, "source": self.source}
 
+    @property
+    def kind(self) -> str:
+        """Where the value stands: ``log``, ``command`` or ``prose`` (`provenance_kind`)."""
+        return provenance_kind(self.source)
+
+
+# Where a value was read: a log line (vLLM's own record, or a tool's output), the launch command the
+# user pasted, or the user's prose. A log line beats a command, a command beats prose (derive/figures.py).
+PROVENANCE_KINDS = ("log", "command", "prose")
+COMMAND_SOURCES = frozenset({"user_command", "command_list", "command_flags", "python_call"})
+PROSE_SOURCES = frozenset({"prose"})
+
+
+def provenance_kind(source: str) -> str:
+    """``log`` / ``command`` / ``prose`` of a fact's source (platform evidence names its kind as a suffix)."""
+    if source in COMMAND_SOURCES or source.endswith("_in_command"):
+        return "command"
+    if source in PROSE_SOURCES or source.endswith("_in_prose"):
+        return "prose"
+    return "log"
+
 
 KV_USAGE_STEPS = 1000  # histogram resolution: 0.1 % (vLLM prints the usage with one decimal)
 JSON_KV_USAGE_HIGH_PCT = 90.0  # runtime.kv_usage_high_lines of the JSON contract (docs/json-output.md); rules use their own params
