@@ -4,11 +4,12 @@ Linter conventions: ``--select/--ignore`` by code, prefix or name; ``--fail-on``
 exit code) separate from ``--min-severity`` (what is shown). Commands return an `ExitCode`;
 `KvlogdiagGroup.main` is the one place that exits: a `KvlogdiagError` becomes one
 ``kvlogdiag: error:`` line and exit 2, click's usage errors stay exit 2, Ctrl-C is 130 with a short
-note, a closed stdout is 141.
+note, a closed stdout is 141, stdout that cannot be written (``> /dev/full``) one line and exit 2.
 """
 
 from __future__ import annotations
 
+import errno
 import signal
 import sys
 import threading
@@ -44,6 +45,13 @@ class KvlogdiagGroup(click.Group):
         except BrokenPipeError:  # the reader of stdout went away (| head): quietly, like a shell pipeline
             quiet_stdout()
             return ExitCode.BROKEN_PIPE
+        except OSError as exc:
+            if not _is_stdout_error(exc):
+                raise
+            # > /dev/full (ENOSPC), EIO, a quota: one line; what is still buffered goes to /dev/null
+            quiet_stdout()
+            err(f"stdout: cannot write ({exc.strerror or exc})")
+            return ExitCode.ERROR
         return ExitCode.OK if rv is None else rv
 
     def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
@@ -69,6 +77,11 @@ class KvlogdiagGroup(click.Group):
                 exc.show()
                 return exc.exit_code
         return int(rv) if isinstance(rv, int) else ExitCode.OK
+
+
+def _is_stdout_error(exc: OSError) -> bool:
+    """An uncaught write error that names no file: stdout's (commands report their own files' errors)."""
+    return exc.filename is None and exc.errno in (errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG)
 
 
 class _Interrupts:

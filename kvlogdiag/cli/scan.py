@@ -58,8 +58,8 @@ def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, .
     kvlogdiag scan /var/log/vllm/ -o runs.parquet
     kvlogdiag scan 'archive/**/*.gz' --state ~/.cache/kvlogdiag-scan.json -j 8
 
-    Exit: 0, or 1 when a finding reaches --fail-on; 2 when a path argument does not exist or the
-    options are bad. Files that cannot be read are rows with 'error' set, not exit 2.
+    Exit: 0, or 1 when a finding reaches --fail-on; 2 when a path argument does not exist, the
+    options are bad, or -o/--state cannot be written (the previous file is then kept). Files that cannot be read are rows with 'error' set, not exit 2.
     """
     t0 = time.monotonic()
     fmt: str | None = None
@@ -74,6 +74,18 @@ def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, .
                 import pyarrow  # noqa: F401
             except ImportError:
                 err("writing Parquet needs pyarrow: pip install 'kvlogdiag[parquet]' (or use .csv/.json)")
+                return ExitCode.ERROR
+    for what, target in (("--output", output), ("--state", state_path)):
+        if target:  # found out before the scan, not after it (the rows would be lost)
+            where = os.path.dirname(os.path.abspath(target))
+            if not os.path.isdir(where):
+                err(f"{what} {target}: the folder {where} does not exist")
+                return ExitCode.ERROR
+            if not os.access(where, os.W_OK | os.X_OK):
+                err(f"{what} {target}: the folder {where} is not writable")
+                return ExitCode.ERROR
+            if os.path.isdir(target):
+                err(f"{what} {target}: is a folder")
                 return ExitCode.ERROR
     analyzer = build_analyzer(kw)
     opts = analyzer.options
@@ -127,13 +139,20 @@ def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, .
         if state is not None and all(r.get("error") is None for r in file_rows):
             new_state_files[e.abspath] = {"size": e.size, "mtime_ns": e.mtime_ns, "head": e.head, "rows": file_rows}
 
+    checkpoint_failed: list[str] = []
+
     def checkpoint() -> None:
         """Progress so far, merged into the previous state (nothing dropped yet): a killed scan resumes."""
         if not state_path:
             return
         merged = dict(old_files) if same_fp else {}
         merged.update(new_state_files)
-        save_state(state_path, fp, merged)
+        try:
+            save_state(state_path, fp, merged)
+        except OSError as exc:  # the scan goes on; the final save reports it and exits 2
+            if not checkpoint_failed:
+                err(f"{state_path}: cannot write the state checkpoint ({exc.strerror or exc}); the previous state is kept")
+            checkpoint_failed.append(str(exc))
 
     rule_errors: list[str] = []
     show = progress if progress is not None else _stderr_tty()
@@ -148,6 +167,7 @@ def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, .
     for msg in dict.fromkeys(rule_errors):
         click.echo(f"kvlogdiag: rule error: {msg}", err=True)
 
+    state_failed = False
     ordered = [row for e in sorted(entries, key=lambda e: e.source) for row in rows[e.abspath]]
     dropped = 0
     if state is not None and state_path:
@@ -155,7 +175,11 @@ def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, .
         if finder.missing:
             err("a path argument does not exist: the state file is left unchanged")
         else:
-            save_state(state_path, fp, new_state_files)
+            try:
+                save_state(state_path, fp, new_state_files)
+            except OSError as exc:
+                err(f"{state_path}: cannot write the state ({exc.strerror or exc}); the previous state is kept")
+                state_failed = True
 
     if output and fmt:
         try:
@@ -176,7 +200,7 @@ def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, .
     if state_path:
         click.echo(f"kvlogdiag: state: {len(todo)} read, {cached} unchanged, {dropped} dropped", err=True)
 
-    if finder.missing:
+    if finder.missing or state_failed:
         return ExitCode.ERROR
     if opts.strict_rules and rule_errors:
         return ExitCode.ERROR

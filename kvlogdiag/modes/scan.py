@@ -10,7 +10,8 @@
 * Files are analysed in parallel (``-j``, processes, chunks of files per task); each worker builds
   one `Analyzer` — the same analysis path as ``kvlogdiag analyze``.
 * ``--state FILE`` remembers each file's size, mtime_ns, a hash of its first 64 KiB and its row, so
-  a re-scan only reads new or changed files; it is written atomically (temp file + os.replace).
+  a re-scan only reads new or changed files; it is written atomically (`kvlogdiag.fileio.write_atomic`:
+  temp file, fsync, rename; the mode of the file it replaces, or 0666 minus the umask), like ``-o``.
 
 pandas (and pyarrow for Parquet) are imported inside the command only, so other commands start fast.
 """
@@ -19,11 +20,12 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 from kvlogdiag import __version__
 from kvlogdiag.derive.figures import as_float
 from kvlogdiag.errors import KvlogdiagError
+from kvlogdiag.fileio import read_regular, replace_atomically, write_atomic
 from kvlogdiag.input.reader import InputError, make_line, open_input
 from kvlogdiag.pipeline import Analyzer
 from kvlogdiag.render.analysis import md_escape
@@ -436,60 +438,75 @@ class StateError(KvlogdiagError):
     pass
 
 
+MAX_STATE_BYTES = 2 << 30  # a state of 1 M files is ~1.5 GB; beyond that it is not one of ours
+
+
 def load_state(path: str) -> dict:
-    """The previous state, or an empty one; StateError when the file exists but is not a state file."""
+    """The previous state, or an empty one; StateError when the file exists but is not a state file
+    (not a regular file, too large, not JSON, or fields of the wrong type: a hand-edited file)."""
     import json
 
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
+        raw = read_regular(path, MAX_STATE_BYTES)
     except FileNotFoundError:
         return {"format": STATE_FORMAT, "version": STATE_VERSION, "fingerprint": None, "files": {}}
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
+        raise StateError(f"{path}: cannot read the scan state ({exc.strerror or exc})") from None
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
         raise StateError(f"{path}: not a readable scan state ({exc})") from None
     if not isinstance(data, dict) or data.get("format") != STATE_FORMAT or not isinstance(data.get("files"), dict):
         raise StateError(f"{path}: not a kvlogdiag scan state file")
     if data.get("version") != STATE_VERSION:
-        data = {"format": STATE_FORMAT, "version": STATE_VERSION, "fingerprint": None, "files": {}}
+        return {"format": STATE_FORMAT, "version": STATE_VERSION, "fingerprint": None, "files": {}}
+    if not isinstance(data.get("fingerprint"), (str, type(None))):
+        raise StateError(f"{path}: not a valid scan state: 'fingerprint' must be text")
+    for key, rec in data["files"].items():
+        why = _bad_state_record(rec)
+        if why:
+            raise StateError(f"{path}: not a valid scan state: files[{key[:200]!r}]{why}")
     return data
 
 
-def write_atomic(path: str, text: str) -> None:
-    """Write a file so that a crash leaves either the old or the new content, never a mix."""
+def _bad_state_record(rec: Any) -> str | None:
+    """What is wrong with one file's state record (None when it is well-formed)."""
+    if not isinstance(rec, dict):
+        return " must be an object"
+    for k in ("size", "mtime_ns"):
+        if not (isinstance(rec.get(k), int) and not isinstance(rec.get(k), bool)):
+            return f".{k} must be an integer"
+    if not isinstance(rec.get("head"), (str, type(None))):
+        return ".head must be text or null"
+    rows = rec.get("rows")
+    if not isinstance(rows, list):
+        return ".rows must be a list"
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            return f".rows[{i}] must be an object"
+        for c, v in row.items():
+            if v is None:
+                continue
+            if c in INT_COLUMNS:
+                ok = isinstance(v, int) and not isinstance(v, bool)
+                want = "an integer"
+            elif c in FLOAT_COLUMNS:
+                ok = isinstance(v, (int, float)) and not isinstance(v, bool)
+                want = "a number"
+            elif c in BOOL_COLUMNS:
+                ok = isinstance(v, bool)
+                want = "true or false"
+            else:
+                ok = isinstance(v, str)
+                want = "text"
+            if not ok:
+                return f".rows[{i}].{c} must be {want} or null, not {json_type(v)}"
+    return None
 
-    def write(fd: int, tmp: str) -> None:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
 
-    _replace_atomically(path, ".tmp", write)
-
-
-def _replace_atomically(path: str, suffix: str, write: Callable[[int, str], None]) -> None:
-    """``write(fd, tmp)`` fills a temp file beside ``path``, which then replaces ``path`` (the temp file is
-    removed on any failure) and the directory entry is synced."""
-    import tempfile
-
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".kvlogdiag-", suffix=suffix, dir=d)
-    try:
-        write(fd, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    try:
-        dfd = os.open(d, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        pass
+def json_type(v: Any) -> str:
+    return {bool: "a boolean", int: "a number", float: "a number", str: "text", list: "a list", dict: "an object"}.get(
+        type(v), type(v).__name__)
 
 
 def save_state(path: str, fp: str, files: dict[str, dict]) -> None:
@@ -554,7 +571,7 @@ def write_output(path: str, fmt: str, rows: list[dict]) -> None:
             os.close(fd)
             to_frame(rows).to_parquet(tmp, index=False)
 
-        _replace_atomically(path, ".parquet", write)
+        replace_atomically(path, ".parquet", write)
     else:
         write_atomic(path, render_rows(fmt, rows))
 
