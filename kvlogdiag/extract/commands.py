@@ -224,6 +224,11 @@ class Command:
     needs_model: bool = False  # 'vllm serve \' with the model on the next line
 
 
+def is_advice(text: str) -> bool:
+    """Words of a reply or of docs suggesting a command ('you could try', 'e.g.', 'usage:')."""
+    return bool(_ADVICE.search(text))
+
+
 def _is_user_context(before: str) -> bool:
     """Does the text before a command make it the user's own (line start, a shell prefix, 'I ran')?"""
     if _ADVICE.search(before):

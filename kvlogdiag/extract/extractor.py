@@ -33,6 +33,7 @@ CONFIG_KEYS = (
     "max_cudagraph_capture_size", "calculate_kv_scales",
 )
 _ARG_ALIASES = commands.ALIASES
+_USER_SOURCES = frozenset({"user_command", "command_list", "command_flags", "python_call", "prose"})
 
 _START_MARKERS = {"engine_config", "api_server_version", "server_version", "logo_version", "non_default_args",
                   "args_namespace", "user_command"}
@@ -313,8 +314,8 @@ class Extractor:
             cb(kind, fact)
 
     def _config(self, key: str, fact: Fact, value: Any, source: str) -> None:
-        if value is None:
-            return
+        if value is None or (source in _USER_SOURCES and commands.is_placeholder(value)):
+            return  # '<model>', '$MAX_LEN' of a docs template
         self.facts.add_config(key, self._with(fact, value, source))
 
     def _event(self, name: str, fact: Fact) -> None:
@@ -387,6 +388,8 @@ class Extractor:
     def _h_user_command(self, m: re.Match, line: Line, fact: Fact) -> None:
         if 0 <= line.number - self._advice_line <= 3:
             return  # a command suggested in a reply ("For example, ...") is not this run's
+        if commands.is_advice(line.text[:m.start("cmd")]):
+            return  # 'usage: vllm serve ...', 'you could try: vllm serve ...'
         cmd = commands.shell_command(m.group("cmd"), whole_line=True)
         if cmd is not None:
             self._use_command(cmd, line, fact)

@@ -93,19 +93,34 @@ def error_lines(a: Analysis) -> list[str]:
     return out
 
 
+_KIND_NOTE = {"command": " (from the command)", "prose": " (from prose)"}
+
+
+def source_note(a: Analysis, *fields: str) -> str:
+    """`` (from the command)`` / `` (from prose)`` when a shown value was not read from a log line."""
+    kinds = {(a.provenance.get(f) or {}).get("kind") for f in fields}
+    return next((_KIND_NOTE[k] for k in ("prose", "command") if k in kinds), "")
+
+
 def identity_rows(a: Analysis) -> list[tuple[str, str]]:
     v, c = a.vllm, a.config
     par = "/".join(fmt_num(x) for x in a.parallel)
     kt = a.kv_transfer or {}
+
+    def note(*keys: str) -> str:
+        return source_note(a, *(k if "." in k else "config." + k for k in keys))
+    platform = f"{v.platform}{note('vllm.platform')}" if v.platform else "platform ?"
     rows = [
-        ("vLLM", f"{v.version or '—'} ({v.engine or '?'} engine, {v.platform or 'platform ?'})"),
-        ("model", c["model"] or "—"),
-        ("TP/PP/DP", par),
-        ("max_model_len", fmt_num(c["max_model_len"])),
-        ("block_size", fmt_num(c["block_size"])),
-        ("gpu_memory_utilization", fmt_num(c["gpu_memory_utilization"], 2) if c["gpu_memory_utilization"] is not None else "—"),
-        ("kv_cache_dtype", c["kv_cache_dtype"] or "—"),
-        ("max_num_batched_tokens / max_num_seqs", f"{fmt_num(c['max_num_batched_tokens'])} / {fmt_num(c['max_num_seqs'])}"),
+        ("vLLM", f"{v.version or '—'} ({v.engine or '?'} engine, {platform})"),
+        ("model", (c["model"] + note("model")) if c["model"] else "—"),
+        ("TP/PP/DP", par + note("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")),
+        ("max_model_len", fmt_num(c["max_model_len"]) + note("max_model_len")),
+        ("block_size", fmt_num(c["block_size"]) + note("block_size")),
+        ("gpu_memory_utilization", fmt_num(c["gpu_memory_utilization"], 2) + note("gpu_memory_utilization")
+         if c["gpu_memory_utilization"] is not None else "—"),
+        ("kv_cache_dtype", (c["kv_cache_dtype"] + note("kv_cache_dtype")) if c["kv_cache_dtype"] else "—"),
+        ("max_num_batched_tokens / max_num_seqs", f"{fmt_num(c['max_num_batched_tokens'])} / {fmt_num(c['max_num_seqs'])}"
+         + note("max_num_batched_tokens", "max_num_seqs")),
         ("hybrid KV cache manager", {True: "OFF", False: "on", None: "—"}[c["disable_hybrid_kv_cache_manager"]]),
     ]
     if kt:
