@@ -28,6 +28,7 @@ from kvlogdiag.cli.rules import explain, patterns, rule_text, rules_cmd, rules_m
 from kvlogdiag.cli.scan import scan
 from kvlogdiag.cli.watch import watch
 from kvlogdiag.errors import KvlogdiagError
+from kvlogdiag.render.redact import SafeText
 
 __all__ = ["ExitCode", "build_analyzer", "cli", "err", "fail_exit", "main", "report_rule_errors", "rule_options",
            "rule_text", "rules_markdown"]
@@ -37,6 +38,11 @@ class KvlogdiagGroup(click.Group):
     """A click group whose commands return exit codes and whose errors are one line each."""
 
     def invoke(self, ctx: click.Context) -> Any:
+        # log text in any stdout output (model names, evidence, file names) is shown, never obeyed: OSC
+        # titles and links, DCS, 8-bit CSI, BEL are escaped (watch's echo is os.write on fd 1, untouched)
+        real_stdout = sys.stdout
+        if real_stdout is not None and not isinstance(real_stdout, SafeText):
+            sys.stdout = SafeText(real_stdout)  # type: ignore[assignment]
         try:
             rv = super().invoke(ctx)
         except KvlogdiagError as exc:
@@ -52,6 +58,8 @@ class KvlogdiagGroup(click.Group):
             quiet_stdout()
             err(f"stdout: cannot write ({exc.strerror or exc})")
             return ExitCode.ERROR
+        finally:
+            sys.stdout = real_stdout
         return ExitCode.OK if rv is None else rv
 
     def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,

@@ -10,6 +10,7 @@ from kvlogdiag.cli.common import build_analyzer, err, fail_exit, report_rule_err
 from kvlogdiag.cli.exit import ExitCode
 from kvlogdiag.input.reader import DEFAULT_MAX_BYTES, InputError
 from kvlogdiag.modes.report import ReportError, make_report, read_input
+from kvlogdiag.render.redact import escape_controls
 from kvlogdiag.rules.engine import RuleLoadError
 
 RUN_HELP = ("Which server start of the log: last (the current one), first, a run number (1 = first), "
@@ -60,7 +61,7 @@ def report(source: str | None, clipboard: bool, fmt: str, output: str | None, re
     if output:
         try:
             with open(output, "w", encoding="utf-8", newline="\n") as fp:
-                fp.write(text)
+                fp.write(escape_controls(text))  # as on stdout: the file is read in a terminal too
         except OSError as exc:
             err(f"{output}: cannot write ({exc.strerror or exc})")
             return ExitCode.ERROR

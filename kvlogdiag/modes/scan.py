@@ -19,6 +19,7 @@ pandas (and pyarrow for Parquet) are imported inside the command only, so other 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from typing import Any, Iterable
 
@@ -29,6 +30,7 @@ from kvlogdiag.fileio import read_regular, replace_atomically, write_atomic
 from kvlogdiag.input.reader import InputError, make_line, open_input
 from kvlogdiag.pipeline import Analyzer
 from kvlogdiag.render.analysis import md_escape
+from kvlogdiag.render.redact import escape_controls
 from kvlogdiag.result import Analysis, Severity
 from kvlogdiag.rules.engine import RuleLoadError, builtin_rule_files
 
@@ -536,6 +538,22 @@ def to_frame(rows: list[dict]):
     return pd.DataFrame(data, columns=list(COLUMNS))
 
 
+_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def formula_safe(df):
+    """A copy of ``df`` whose text cells cannot be read as a spreadsheet formula: a cell starting with
+    ``=``, ``+``, ``-``, ``@`` (or a tab / carriage return, which some spreadsheets skip) gets a leading
+    ``'`` (OWASP's CSV-injection advice) — unless it is a plain number such as ``-1.5``."""
+    out = df.copy()
+    for c in out.columns:
+        if out[c].dtype != object:
+            continue
+        out[c] = out[c].map(lambda v: "'" + v if isinstance(v, str) and v[:1] in ("=", "+", "-", "@", "\t", "\r")
+                            and not _NUMBER.fullmatch(v) else v)
+    return out
+
+
 def _markdown(rows: list[dict]) -> str:
     from tabulate import tabulate
 
@@ -545,7 +563,7 @@ def _markdown(rows: list[dict]) -> str:
             return ""
         if isinstance(v, float):
             return f"{v:.6g}"
-        return md_escape(v)
+        return escape_controls(md_escape(v))
 
     body = tabulate([[cell(r.get(c)) for c in COLUMNS] for r in rows], headers=list(COLUMNS), tablefmt="github",
                     disable_numparse=True)
@@ -557,7 +575,7 @@ def render_rows(fmt: str, rows: list[dict]) -> str:
     import json
 
     if fmt == "csv":
-        return to_frame(rows).to_csv(index=False)
+        return formula_safe(to_frame(rows)).to_csv(index=False)
     if fmt == "json":
         return json.dumps([{c: r.get(c) for c in COLUMNS} for r in rows], indent=2, ensure_ascii=False, allow_nan=False) + "\n"
     if fmt == "jsonl":

@@ -33,7 +33,43 @@ import ipaddress
 import re
 from typing import Any, Callable
 
-__all__ = ["Redactor", "KIND_LABELS"]
+__all__ = ["KIND_LABELS", "Redactor", "SafeText", "escape_controls"]
+
+
+# -- terminal safety ----------------------------------------------------------------------------
+# C0 controls but tab and newline (ESC starts CSI/OSC/OSC-8/DCS, BEL ends OSC, CR rewrites a line), DEL,
+# C1 (0x9b is the 8-bit CSI, 0x9d OSC, 0x90 DCS): none of them may reach a terminal from a log.
+_C0 = re.compile(r"[\x00-\x08\x0b-\x1f]")
+_C1 = re.compile(r"[\x7f-\x9f]")
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with control characters shown as escapes, so log bytes never drive the terminal.
+
+    C0 becomes ``\\x1b``; DEL and C1 become ``\\u009b`` — JSON output may hold those raw (json.dumps
+    leaves them with ``ensure_ascii=False``), and ``\\u009b`` inside a JSON string is the same character."""
+    if text.isprintable() or not (_C0.search(text) or _C1.search(text)):
+        return text
+    text = _C0.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    return _C1.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+_SGR = re.compile(r"\x1b\[[0-9;:]{0,64}m")  # colour/style only: dropped, as click drops it off a terminal
+
+
+class SafeText:
+    """A text stream (stdout) whose writes go through `escape_controls` (a log's colour codes are dropped
+    first, so evidence lines of a coloured vLLM log stay readable); everything else is the stream's."""
+
+    def __init__(self, inner: Any):
+        self._inner = inner
+
+    def write(self, s: str) -> int:
+        self._inner.write(escape_controls(_SGR.sub("", s) if "\x1b[" in s else s))
+        return len(s)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
 
 #: mask kind → what it stands for (for the report's "redacted: …" line)
 KIND_LABELS = {
@@ -44,9 +80,11 @@ KIND_LABELS = {
     "hf-token": "Hugging Face token",
     "email": "e-mail address",
     "credentials": "URL credential",
+    "pem": "PEM block",
+    "mac": "MAC address",
 }
 
-_MASK = re.compile(r"<(?:host|ip|user|api-key|hf-token|email|credentials)-\d+>")
+_MASK = re.compile(r"<(?:host|ip|user|api-key|hf-token|email|credentials|pem|mac)-\d+>")
 
 # public sites whose names identify nobody (kept, with their subdomains)
 _PUBLIC_DOMAINS = (
@@ -74,9 +112,19 @@ _AUTH = re.compile(r"(?i)(\b(?:proxy-)?authorization['\"]?\s*[:=]\s*['\"]?(?:(?:
 # key [:=] value, the key possibly quoted and prefixed (VLLM_API_KEY=, 'api_key': , "hf_token": )
 _KEYED_SECRET = re.compile(
     r"(?i)(?<![\w.-])(?P<key>(?:[\w.-]*?[_.-])?(?P<word>hugging_?face_(?:hub_)?token|hf_(?:api_)?token|api[_-]?key|secret[_-]?key|"
-    r"access[_-]?token|auth[_-]?token|password|passwd|client[_-]secret|secret))['\"]?\s*[:=]\s*"
+    r"secret[_-]?access[_-]?key|session[_-]?token|access[_-]?token|auth[_-]?token|password|passwd|client[_-]secret|secret))['\"]?\s*[:=]\s*"
     r"(?P<v>\[[^\]\n]*\]|'[^'\n]*'|\"[^\"\n]*\"|[^\s,;}\])'\"]+)"
 )
+# cloud and SaaS credentials with a fixed shape (all bounded: no unbounded repeat next to another)
+_AWS_KEY_ID = re.compile(r"(?<![A-Z0-9])(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AIPA|ANPA|ANVA|AROA|APKA|ASCA)[A-Z0-9]{16}(?![A-Z0-9])")
+_GITHUB = re.compile(r"(?<![A-Za-z0-9_])(?:gh[pousr]_[A-Za-z0-9]{36,255}|github_pat_[A-Za-z0-9_]{22,255})(?![A-Za-z0-9_])")
+_SLACK = re.compile(r"(?<![A-Za-z0-9-])(?:xox[abposr]-|xapp-)[A-Za-z0-9-]{10,255}(?![A-Za-z0-9-])")
+_GOOGLE = re.compile(r"(?<![A-Za-z0-9_-])AIza[0-9A-Za-z_-]{35}(?![A-Za-z0-9_-])")
+_JWT = re.compile(r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,4096}\.eyJ[A-Za-z0-9_-]{2,8192}\.[A-Za-z0-9_-]{0,4096}(?![A-Za-z0-9_-])")
+# a PEM block in one text, or its header alone (the base64 lines after it: `Redactor._pem_body`)
+_PEM = re.compile(r"-----BEGIN (?P<kind>[A-Z0-9 ]{1,40})-----(?:[\s\S]{0,20000}?-----END (?P=kind)-----)?")
+_PEM_END = re.compile(r"-----END [A-Z0-9 ]{1,40}-----")
+_BASE64_RUN = re.compile(r"(?<![A-Za-z0-9+/=])[A-Za-z0-9+/]{16,}={0,2}(?![A-Za-z0-9+/=])")
 _QUOTED = re.compile(r"'([^'\n]*)'|\"([^\"\n]*)\"")
 
 # -- people and places --------------------------------------------------------------------------
@@ -100,6 +148,8 @@ _VERSION_BEFORE = re.compile(r"(?i)(?:version\W{0,3}|==|>=|<=|~=)$")
 _IPV6 = re.compile(
     r"(?<![\w:.])(?P<v>(?:[0-9A-Fa-f]{0,4}:){2,7}(?:[0-9A-Fa-f]{1,4}|\d{1,3}(?:\.\d{1,3}){3})?(?:%[\w.]+)?)(?![\w:])")
 _HOME = re.compile(r"(?P<pre>(?<![\w.])/(?:home|Users|export/home)/)(?P<v>[^/\s'\"`:;,()\[\]{}<>|\\]+)")
+_TILDE_HOME = re.compile(r"(?<![\w~/.-])~(?P<v>[A-Za-z_][A-Za-z0-9_.-]{0,31})(?=/)")
+_MAC = re.compile(r"(?<![0-9A-Fa-f:-])(?P<v>[0-9A-Fa-f]{2}(?P<sep>[:-])(?:[0-9A-Fa-f]{2}(?P=sep)){4}[0-9A-Fa-f]{2})(?![0-9A-Fa-f:-])")
 _WIN_HOME = re.compile(r"(?i)(?P<pre>\b[A-Z]:(?:\\{1,2}|/)Users(?:\\{1,2}|/))(?P<v>[^\\/\s'\"`:;,()\[\]{}<>|]+)")
 
 # dictionary keys whose (string) values are host names / secrets
@@ -124,6 +174,8 @@ class Redactor:
         self._counts: dict[str, int] = {}
         self._literal: re.Pattern | None = None
         self._literal_size = -1
+        self._in_pem = False  # a PEM header was seen without its END: the base64 lines after it are masked
+        self._pem_mask = ""
 
     # -- masks ----------------------------------------------------------------------------------
 
@@ -193,7 +245,13 @@ class Redactor:
         """``text`` with every recognised secret or identifying value masked."""
         if not text:
             return text
-        s = text
+        s = self._pem_body(text) if self._in_pem else text
+        s = _PEM.sub(self._pem, s)
+        s = _JWT.sub(lambda m: self._secret("api-key", m.group(0)), s)
+        s = _AWS_KEY_ID.sub(lambda m: self._secret("api-key", m.group(0)), s)
+        s = _GITHUB.sub(lambda m: self._secret("api-key", m.group(0)), s)
+        s = _SLACK.sub(lambda m: self._secret("api-key", m.group(0)), s)
+        s = _GOOGLE.sub(lambda m: self._secret("api-key", m.group(0)), s)
         s = _HF_TOKEN.sub(lambda m: self._secret("hf-token", m.group(0)), s)
         s = _SK_KEY.sub(lambda m: self._secret("api-key", m.group(0)), s)
         s = _FLAG_SECRET.sub(self._flag_secret, s)
@@ -209,10 +267,31 @@ class Redactor:
         s = _HOST_KEY.sub(self._host_key, s)
         s = _FQDN.sub(lambda m: self._host_or_ip(m.group("v")), s)
         s = _IPV4.sub(self._ipv4, s)
+        s = _MAC.sub(lambda m: self.mask("mac", m.group("v").lower().replace("-", ":")), s)
         s = _IPV6.sub(self._ipv6, s)
         s = _HOME.sub(lambda m: m.group("pre") + self._user(m.group("v")), s)
+        s = _TILDE_HOME.sub(lambda m: "~" + self._user(m.group("v")), s)
         s = _WIN_HOME.sub(lambda m: m.group("pre") + self._user(m.group("v")), s)
         return self._replace_known(s)
+
+    def _pem(self, m: re.Match) -> str:
+        """A whole PEM block, or a header whose body follows in the next texts (lines of a log)."""
+        block = m.group(0)
+        if "-----END " in block:
+            return self.mask("pem", block)
+        self._in_pem = True
+        self._pem_mask = self.mask("pem", f"{block}#{self._counts.get('pem', 0)}")  # each such block its own
+        return self._pem_mask
+
+    def _pem_body(self, text: str) -> str:
+        """A line inside a PEM block split over lines: its base64 runs and the END line become the block's mask."""
+        end = _PEM_END.search(text)
+        body, rest = (text[: end.start()], text[end.end():]) if end else (text, "")
+        body = _BASE64_RUN.sub(self._pem_mask, body)
+        if end:
+            self._in_pem = False
+            return body + self._pem_mask + rest
+        return body
 
     def _flag_secret(self, m: re.Match) -> str:
         kind = "hf-token" if m.group("flag").lower() in ("hf-token", "token") else "api-key"
@@ -282,7 +361,7 @@ class Redactor:
     def _replace_known(self, s: str) -> str:
         """Mask values learned elsewhere (a host seen after --host, a key seen after --api-key)."""
         known = [(v, m) for (k, v), m in self._masks.items()
-                 if k in ("host", "ip", "api-key", "hf-token", "email", "credentials") and len(v) >= 3]
+                 if k in ("host", "ip", "api-key", "hf-token", "email", "credentials", "mac") and len(v) >= 3]
         if not known:
             return s
         if self._literal is None or self._literal_size != len(self._masks):

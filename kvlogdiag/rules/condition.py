@@ -54,8 +54,8 @@ from kvlogdiag.errors import KvlogdiagError
 
 __all__ = [
     "Binary", "Call", "Condition", "ConditionError", "EvaluationError", "FunctionSpec",
-    "ListExpr", "Literal", "Name", "Node", "Unary", "compile_user_regex", "parse",
-    "regex_search",
+    "ListExpr", "Literal", "Name", "Node", "Unary", "bounded_round", "check_round_digits", "compile_user_regex",
+    "parse", "regex_search",
 ]
 
 MAX_SOURCE_LENGTH = 4_000
@@ -64,6 +64,7 @@ MAX_NODES = 500
 MAX_DIGITS = 30
 MAX_STEPS = 10_000
 MAX_MAGNITUDE = 1e300
+MAX_ROUND_DIGITS = 20  # round(x, n): |n| beyond this means nothing for a figure; round(1, -10**9) builds 10**(10**9)
 
 _E = TypeVar("_E", bound="_PositionedError")
 
@@ -99,12 +100,15 @@ class FunctionSpec:
     """Arity of a registered function (``max_args=None``: unbounded).
 
     A string literal passed at an index in ``regex_args`` is compiled at load
-    time, so a broken pattern fails the rule load rather than every evaluation.
+    time, so a broken pattern fails the rule load rather than every evaluation;
+    a number literal at an index in ``digits_args`` (round's decimals) must be
+    an integer within +/-``MAX_ROUND_DIGITS``.
     """
 
     min_args: int = 0
     max_args: int | None = None
     regex_args: frozenset[int] = frozenset()
+    digits_args: frozenset[int] = frozenset()
 
     def __post_init__(self) -> None:
         if self.min_args < 0 or (self.max_args is not None and self.max_args < self.min_args):
@@ -424,6 +428,17 @@ class _Parser:
             arg = args[i] if i < len(args) else None
             if isinstance(arg, Literal) and isinstance(arg.value, str):
                 compile_user_regex(arg.value, position=arg.pos)
+        for i in spec.digits_args:
+            arg = args[i] if i < len(args) else None
+            sign, lit = 1, arg
+            if isinstance(arg, Unary) and arg.op == "-":
+                sign, lit = -1, arg.operand
+            if arg is not None and isinstance(lit, Literal) and isinstance(lit.value, (int, float)) \
+                    and not isinstance(lit.value, bool):
+                try:
+                    check_round_digits(sign * lit.value)
+                except EvaluationError as exc:
+                    raise ConditionError(f"function {name.text!r}: {exc.message}", arg.pos) from None
         return self._node(Call(name.text, args, name.pos))
 
 
@@ -483,6 +498,23 @@ def _bounded(x: int | float) -> int | float | None:
     if isinstance(x, float) and not math.isfinite(x):
         return None
     return None if abs(x) > MAX_MAGNITUDE else x
+
+
+def check_round_digits(n: Any) -> int:
+    """round()'s decimals as an int; EvaluationError unless an integer within +/-MAX_ROUND_DIGITS."""
+    if not _is_number(n) or n != int(n):
+        raise EvaluationError(f"decimals must be a whole number, not {n!r}")
+    if abs(n) > MAX_ROUND_DIGITS:
+        raise EvaluationError(f"decimals {int(n)} out of range (at most {MAX_ROUND_DIGITS} either way)")
+    return int(n)
+
+
+def bounded_round(x: Any, n: Any = 0) -> int | float | None:
+    """The rule language's ``round(x, n)``: null for a non-number ``x``; ``n`` checked first (see above)."""
+    digits = check_round_digits(n)
+    if not _is_number(x):
+        return None
+    return _bounded(round(x, digits))
 
 
 def _is_null_literal(node: Node) -> bool:

@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterable
 
 from kvlogdiag.errors import KvlogdiagError
 from kvlogdiag.extract.facts import Fact, LogFacts
+from kvlogdiag.fileio import read_regular
 from kvlogdiag.result import Severity
 from kvlogdiag.rules.condition import (
     Binary,
@@ -40,6 +41,7 @@ from kvlogdiag.rules.condition import (
     ListExpr,
     Literal,
     Unary,
+    bounded_round,
     compile_user_regex,
     parse,
     regex_search,
@@ -84,7 +86,7 @@ FUNCTIONS: dict[str, FunctionSpec] = {
     "min": FunctionSpec(1, None),
     "max": FunctionSpec(1, None),
     "abs": FunctionSpec(1, 1),
-    "round": FunctionSpec(1, 2),
+    "round": FunctionSpec(1, 2, digits_args=frozenset({1})),
     "multiple_of": FunctionSpec(2, 2),
     "gib": FunctionSpec(1, 1),
     "coalesce": FunctionSpec(1, None),
@@ -248,6 +250,9 @@ def builtin_rule_files() -> list[tuple[str, bytes]]:
     return out
 
 
+MAX_RULE_FILE_BYTES = 1 << 20  # the largest built-in rule is ~10 KB
+
+
 def load_rules(extra_dirs: Iterable[str] = (), include_builtin: bool = True) -> RuleSet:
     """Load the built-in rules and every ``*.toml`` in ``extra_dirs``; RuleLoadError on the first bad file."""
     rules: list[Rule] = []
@@ -261,7 +266,7 @@ def load_rules(extra_dirs: Iterable[str] = (), include_builtin: bool = True) -> 
             raise RuleLoadError(f"{d}: rules folder not found")
         for f in sorted(p.glob("*.toml")):
             try:
-                files.append((str(f), f.read_bytes(), False))
+                files.append((str(f), read_regular(str(f), MAX_RULE_FILE_BYTES), False))  # no FIFO, no /dev/zero
             except OSError as exc:
                 raise RuleLoadError(f"{f}: cannot read ({exc.strerror or exc})") from None
     for name, content, builtin in files:
@@ -542,7 +547,7 @@ def _functions(ctx: dict[str, Any], facts: LogFacts, line_hits: dict[str, tuple[
         return [a for a in args if isinstance(a, (int, float)) and not isinstance(a, bool)]
 
     def rnd(x, n=0):
-        return round(x, int(n)) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+        return bounded_round(x, n)  # decimals bounded: round(1, -999999999) would never return
 
     def contains(container, item):
         if isinstance(container, (list, tuple)):
