@@ -547,7 +547,7 @@ def formula_safe(df):
     ``'`` (OWASP's CSV-injection advice) — unless it is a plain number such as ``-1.5``."""
     out = df.copy()
     for c in out.columns:
-        if out[c].dtype != object:
+        if c in INT_COLUMNS or c in FLOAT_COLUMNS or c in BOOL_COLUMNS:
             continue
         out[c] = out[c].map(lambda v: "'" + v if isinstance(v, str) and v[:1] in ("=", "+", "-", "@", "\t", "\r")
                             and not _NUMBER.fullmatch(v) else v)
