@@ -20,7 +20,7 @@ from kvlogdiag.extract.failures import MAX_ECHOES, WINDOW, StartupTracker
 from kvlogdiag.input.reader import detect_hard_wrap, iter_lines, make_line, open_input, unwrap_lines
 
 DATA = Path(__file__).parent / "data"
-CASES = [p for d in ("failures", "failures_heldout", "failures_heldout2", "failures_heldout3", "failures_heldout4", "failures_heldout5", "failures_heldout6", "failures_heldout7") for p in sorted((DATA / d).glob("*.json"))]
+CASES = [p for d in ("failures", "failures_heldout", "failures_heldout2", "failures_heldout3", "failures_heldout4", "failures_heldout5", "failures_heldout6", "failures_heldout7", "failures_heldout8") for p in sorted((DATA / d).glob("*.json"))]
 
 
 def run(lines, keep=None) -> dict:
@@ -47,7 +47,9 @@ def check(r: dict, exp: dict, where: str) -> None:
     if not exp["failed"]:
         assert r["cause_line"] is None, f"{where}: cause {r['cause_text']!r} on a start that did not fail"
         return
-    assert r["cause_class"] == exp["cause_class"], f"{where}: {r['cause_class']} ({r['cause_text']!r})"
+    # cause_class_alt: a class the blind labeler named as arguable when collecting (before any measurement)
+    assert r["cause_class"] in [exp["cause_class"], *exp.get("cause_class_alt", [])], \
+        f"{where}: {r['cause_class']} ({r['cause_text']!r})"
     if "cause_id" in exp:
         assert r["cause_id"] == exp["cause_id"], where
     # the cause line found: its message (as reported) or the raw line holds the hand-read fragment
@@ -60,7 +62,7 @@ def check(r: dict, exp: dict, where: str) -> None:
         got = r["numbers"].get(k, math.nan)
         if k.endswith("_mib") and k not in r["numbers"]:  # a label in MiB, the tracker reports GiB
             got = r["numbers"].get(k[:-4] + "_gib", math.nan) * 1024
-        assert math.isclose(got, v, rel_tol=1e-6), f"{where}: {k}={got}"
+        assert math.isclose(got, v, rel_tol=5e-3), f"{where}: {k}={got}"  # labels convert units to 3 digits
 
 
 def read_like_analyze(path: Path) -> dict:
@@ -80,7 +82,10 @@ def read_like_analyze(path: Path) -> dict:
 # known misses (docs/failures.md)
 KNOWN_MISSES = {
     # round 5: the paste ends inside "Error executing metho": no echo, no traceback is recognised
-    "v08_v0_ray_profile_then_error_executing_cut"}
+    "v08_v0_ray_profile_then_error_executing_cut",
+    # round 8: the cause line is found, but its class is not: the excerpt starts at the KeyError (the frames
+    # that show weight loading are cut off above it), and the reader takes the file for a 101-column hard wrap
+    "r8_02_v1_keyerror_finetuned_vl_weights"}
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.xfail(strict=True, reason="known miss"))
@@ -310,7 +315,6 @@ def test_bare_exception_behind_a_process_prefix_is_a_cause_but_not_in_prose():
              "This may be caused by insufficient memory to allocate the weight."])
     assert r["cause_class"] == "memory" and r["process"] == "EngineCore_DP0 pid=8769"
     assert run(["I got RuntimeError: something odd when I started it"])["failed"] is False
-    assert run(["RuntimeError: something odd"])["cause_line"] is None
 
 
 def test_hard_wrapped_cause_line_is_joined_with_its_continuation():
@@ -376,7 +380,46 @@ def test_a_bare_one_line_paste_of_a_vllm_raise_message_is_a_cause():
     msg = "NotImplementedError: Pipeline parallelism is only supported through AsyncLLMEngine as performance will be severely degraded otherwise."
     r = run([msg])
     assert r["cause_line"] == 1 and r["raised_in"]["file"] == "vllm/engine/llm_engine.py"
-    assert run(["ValueError: my own script broke"])["cause_line"] is None
+
+
+def test_a_bare_exception_line_is_the_cause_only_when_nothing_better_shows():
+    # a one-line paste: the line is all there is
+    r = run(["报错：safetensors_rust.SafetensorError: Error while deserializing header: HeaderTooLarge"])
+    assert r["cause_line"] == 1 and r["cause_class"] == "model" and r["cause_text"].startswith("safetensors_rust.")
+    # a logged error later in the excerpt wins over a bare line quoted above it
+    r = run(["ValueError: something the reporter quoted",
+             EC + HEAD + "Traceback (most recent call last):",
+             EC + HEAD + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."])
+    assert r["cause_line"] == 3 and r["cause_class"] == "memory"
+    # a request's prompt longer than max_model_len is a request-time error, not a failed start
+    assert not run(["[rank1]:ValueError: The decoder prompt (length 16476) is longer than the maximum model length of 16384."])["failed"]
+
+
+def test_a_catalogued_cause_vllm_warned_about_first_is_the_cause():
+    r = run(["WARNING 03-03 03:06:13 ray_utils.py:315] The number of required GPUs exceeds the total number of available GPUs in the placement group.",
+             "(autoscaler +41s) Error: No available node types can fulfill resource request {'GPU': 1.0}."])
+    assert r["cause_line"] == 1 and r["cause_class"] == "ray"
+    # a warning alone, on a start that shows no failure, is no cause
+    assert not run(["WARNING 03-03 03:06:13 ray_utils.py:315] The number of required GPUs exceeds the total number of available GPUs in the placement group."])["failed"]
+
+
+def test_nccl_wrapper_is_refined_by_the_cuda_failure_it_reports():
+    r = run(["torch.distributed.DistBackendError: NCCL error in: ../NCCLUtils.hpp:121, unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.18.1",
+             "ncclUnhandledCudaError: Call to CUDA function failed.", "Last error:",
+             "Cuda failure 'CUDA driver version is insufficient for CUDA runtime version'"])
+    assert r["cause_line"] == 4 and r["cause_class"] == "driver" and "NCCL error" in r["details"]["wrapped_by"]
+
+
+def test_bare_assertion_error_is_described_by_its_assert_statement():
+    r = run(['  File "/x/vllm/distributed/kv_transfer/kv_connector/factory.py", line 49, in create_connector_v0',
+             "    assert issubclass(connector_cls, KVConnectorBase)", "AssertionError"])
+    assert r["cause_line"] == 3 and "assert issubclass(connector_cls, KVConnectorBase)" in r["cause_text"]
+    assert r["cause_class"] == "connector"  # from the frame: vllm/distributed/kv_transfer/
+
+
+def test_failure_announced_on_the_last_line_says_the_paste_is_cut():
+    r = run(["(RayWorkerWrapper pid=148818, ip=10.164.0.37) ERROR 12-17 09:40:09 worker_base.py:467] Error executing method init_device. This might cause deadlock in distributed execution."])
+    assert r["failed"] and "the paste is cut" in r["not_in_excerpt_reason"]
 
 
 def test_request_ids_and_dead_engine_errors_mean_the_server_was_serving():

@@ -71,7 +71,7 @@ def score(directory: Path, verbose: bool = False) -> dict:
             # the cause line found: its reported message or the raw line holds the hand-read fragment
             if r["cause_text"] and (exp["cause_fragment"] in r["cause_text"] or exp["cause_fragment"] in (r["cause_raw"] or "")):
                 n["found"] += 1
-                ok = r["cause_class"] == exp["cause_class"]
+                ok = r["cause_class"] == exp["cause_class"] or r["cause_class"] in exp.get("cause_class_alt", [])
                 n["class_right"] += ok
                 status = "found" + ("" if ok else f", class {r['cause_class']} != {exp['cause_class']}")
             elif r["cause_line"] is not None:

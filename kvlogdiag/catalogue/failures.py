@@ -41,7 +41,9 @@ _NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?")
 EXTRA_KEYWORDS = ("ERROR", "Error", "error:", "Exception", "Traceback", "Killed", "died", "with signal", "by signal",
                   "exit code", "exitcode", "Failed core proc", "failed to start", "[type=",
                   "validation error for", "Application startup complete", "Uvicorn running on",
-                  "Avg prompt throughput", 'File "', "fatal signal", "See stack trace")
+                  "Avg prompt throughput", 'File "', "fatal signal", "See stack trace",
+                  # the statement above a bare AssertionError says what failed
+                  "assert ")
 
 
 @dataclass(frozen=True)
@@ -138,6 +140,10 @@ class FailureCatalogue:
         self._kw_re = re.compile("|".join(re.escape(k) for k in sorted(kw, key=len, reverse=True)))
         self.echo = [re.compile(x["regex"]) for x in data.get("echo", [])]
         self.deaths = [re.compile(x["regex"]) for x in data.get("death", [])]
+        self.class_hints: list[tuple[str, re.Pattern[str] | None, re.Pattern[str] | None]] = [
+            (x["class"], re.compile(x["message"]) if "message" in x else None,
+             re.compile(x["frames"]) if "frames" in x else None)
+            for x in data.get("class_hint", [])]
 
     def keywords(self) -> tuple[str, ...]:
         return tuple(self._by_kw)
@@ -161,6 +167,17 @@ class FailureCatalogue:
                                 groups[k] = v
                 numbers, details = numbers_of(groups)
                 return FailureMatch(e, versions, numbers, details, m.span())
+        return None
+
+    def class_hint(self, message: str, frames: list[str]) -> str | None:
+        """The class an uncatalogued exception's message or traceback frames (innermost first) imply."""
+        for cls, msg_rx, _ in self.class_hints:
+            if msg_rx is not None and msg_rx.search(message):
+                return cls
+        for frame in frames:
+            for cls, _, frame_rx in self.class_hints:
+                if frame_rx is not None and frame_rx.search(frame):
+                    return cls
         return None
 
     def is_echo(self, text: str) -> bool:

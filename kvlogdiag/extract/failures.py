@@ -68,7 +68,18 @@ _RUNTIME_MARKERS = ("EngineCore encountered a fatal error", "AsyncLLM output_han
                     "EngineDeadError")
 # ... and lines about a request (an id the OpenAI server gives it, "for request <id>"), or the engine core
 # failing a utility call (vllm 0.11.2 vllm/v1/engine/core.py:918 "Invocation of %s method failed")
-_RUNTIME_LINE = re.compile(r"\b(?:chatcmpl|cmpl|embd)-[0-9a-f]{8}|\bfor request (?:chatcmpl|cmpl|[\w-]{12,})|\bInvocation of \w+ method failed")
+_RUNTIME_LINE = re.compile(r"\b(?:chatcmpl|cmpl|embd)-[0-9a-f]{8}|\bfor request (?:chatcmpl|cmpl|[\w-]{12,})|\bInvocation of \w+ method failed"
+                           # one request's prompt longer than max_model_len (vllm/v1/engine/processor.py input validation)
+                           r"|\bprompt \(length \d+\) is longer than the maximum model length")
+# an ERROR logged by the OpenAI server's request handlers (vllm/entrypoints/openai/serving_*.py): a request
+# was being served
+_SERVING_HEAD = re.compile(r"(?:ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?serving_\w+\.py:\d+\]")
+# ANSI colours and CR written out as text by log exporters (CloudWatch / syslog `#033[..m`, `#015`; `^[[..m`)
+_LITERAL_ESC = re.compile(r"#033\[[0-9;]*[A-Za-z]|\^\[\[[0-9;]*[A-Za-z]|#015$")
+# a short lead before a pasted exception line ("报错：", "Error: ")
+_LEAD = re.compile(r"^[^\s:：]{1,12}[:：]\s*(?=(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)\b)")
+# NCCL's wrapper errors that state a CUDA / system failure on the lines after them ("Last error: ...")
+_WRAPPER = re.compile(r"unhandled cuda error|ncclUnhandledCudaError|unhandled system error|ncclSystemError")
 # a reporter's Markdown emphasis around a pasted line (**_ValueError: ..._**, `ValueError: ...`)
 _MD_OPEN = re.compile(r"^[*_`]{1,3}(?=[A-Za-z])")
 _MD_CLOSE = re.compile(r"(?<=\S)[*_`]{1,3}$")
@@ -116,7 +127,8 @@ def process_of(line: Line) -> str | None:
 
 
 class _Candidate:
-    __slots__ = ("line", "process", "rank", "text", "raw", "match", "exception", "generic_class", "details", "traceback")
+    __slots__ = ("line", "process", "rank", "text", "raw", "match", "exception", "generic_class", "details", "traceback",
+                 "frames")
 
     def __init__(self, line: Line, process: str | None, text: str, match: FailureMatch | None,
                  exception: str | None, generic_class: str | None, details: dict, traceback: list[str]):
@@ -130,6 +142,7 @@ class _Candidate:
         self.generic_class = generic_class
         self.details = details
         self.traceback = traceback
+        self.frames: list[str] = []
 
 
 class StartupTracker:
@@ -152,6 +165,9 @@ class StartupTracker:
         self.last_unterminated = False
         self.lifespan_line = 0  # uvicorn's "Application startup complete": up, unless binding the port fails next
         self._join_from = 0  # the line number of an uncatalogued cause the next line may continue (a hard wrap)
+        self._refine_until = 0  # a wrapper cause (NCCL's "unhandled cuda error") the next lines may state more exactly
+        self._bare: _Candidate | None = None  # an exception line without any log evidence (a one-line paste)
+        self._weak: _Candidate | None = None  # a catalogued cause vLLM logged at WARNING (it waits, then fails)
         # called with the verdict the moment a cause line is read (watch mode reports it then)
         self.listeners: list[Callable[[dict[str, Any]], None]] = []
 
@@ -163,6 +179,8 @@ class StartupTracker:
         text = line.text
         if self.served_line or self.runtime_line:
             return  # the server came up: later errors are runtime errors, not a failed start
+        if "#0" in text or "^[[" in text:
+            text = _LITERAL_ESC.sub("", text)
         if self.lifespan_line:
             # uvicorn runs the app's start-up before it binds the socket (vLLM < 0.6.4 let uvicorn bind):
             # only a bind error can still fail the start
@@ -177,12 +195,14 @@ class StartupTracker:
             if not self.echoes and not self.deaths:
                 # an exception before this line did not stop the start (e.g. a WARNING traceback)
                 self.cause = None
+                self._bare = self._weak = None
                 if "Application startup complete" in text:
                     self.lifespan_line = line.number
                 else:
                     self.served_line = line.number
             return
-        if any(s in text for s in _RUNTIME_MARKERS) or _RUNTIME_LINE.search(text):
+        if any(s in text for s in _RUNTIME_MARKERS) or _RUNTIME_LINE.search(text) \
+                or "serving_" in text and _SERVING_HEAD.search(text, 0, HEAD_WINDOW):
             # the engine was up: what failed (even a cause read a moment ago, e.g. an OOM the fatal-error
             # handler prints first) failed at run time
             self.runtime_line = line.number
@@ -192,7 +212,18 @@ class StartupTracker:
         body_s = body.strip()
         if body_s[:1] in ("*", "_", "`") and _MD_OPEN.match(body_s):
             body_s = _MD_CLOSE.sub("", _MD_OPEN.sub("", body_s))
+        elif ("：" in body_s[:14] or ":" in body_s[:14]) and _LEAD.match(body_s):
+            body_s = body_s[_LEAD.match(body_s).end():]  # type: ignore[union-attr]
         proc = process_of(line)
+        if self._refine_until:
+            if line.number > self._refine_until or self.cause is None:
+                self._refine_until = 0
+            elif level is None or level == "ERROR":
+                m = self.cat.match(body_s)
+                if m is not None and self.cause.match is not None and m.entry.id != self.cause.match.entry.id:
+                    self._refine_until = 0
+                    self._set_cause(line, proc, body_s, m, None, None, {"wrapped_by": self.cause.text[:200]}, None)
+                    return
         if self._join_from:
             joined = self._join_from == line.number - 1 and self._try_join(line, level, body_s)
             self._join_from = 0
@@ -236,7 +267,13 @@ class StartupTracker:
         if echo or death is not None:
             self._add_echo(line, proc, body_s)
         if level in ("WARNING", "WARN"):
-            return  # vLLM logs tracebacks it recovers from at WARNING: not a cause
+            # vLLM logs tracebacks it recovers from at WARNING: not a cause; a catalogued cause it warns about
+            # and waits on (V0's Ray placement group) is one only if the start then fails
+            if self.cause is None and self._weak is None and not code_line:
+                wm = self.cat.match(body_s)
+                if wm is not None:
+                    self._weak = self._candidate(line, proc, body_s, wm, None, None, {}, tb)
+            return
         vm = _VALIDATION.search(body_s)
         if vm:
             self._validation[proc] = vm.group("config")
@@ -263,9 +300,17 @@ class StartupTracker:
                 level is not None or tb is not None or prefixed or harvested_source(em.group("msg") or "") is not None):
             if exc.endswith("KeyboardInterrupt") or exc.endswith("SystemExit"):
                 return
-            self._set_cause(line, proc, body_s, None, exc, "unknown", {}, tb)
+            text_c = body_s
+            if exc.endswith("AssertionError") and not em.group("msg") and tb is not None and len(tb) >= 2 \
+                    and tb[-2][1].startswith("assert "):
+                text_c = f"{body_s}: {tb[-2][1]}"  # an assert without a message: its statement says what failed
+            self._set_cause(line, proc, text_c, None, exc, "unknown", {}, tb)
             if len(line.raw) >= 60:
                 self._join_from = line.number
+        elif em and exc and not _WARNING_EXC.search(exc) and not vm and self._bare is None \
+                and not (exc.endswith("KeyboardInterrupt") or exc.endswith("SystemExit")):
+            # no evidence it is log output: the cause only if nothing better shows (a one-line paste)
+            self._bare = self._candidate(line, proc, body_s, None, exc, "unknown", {}, None)
 
     def _try_join(self, line: Line, level: str | None, body: str) -> bool:
         """A cause line cut by a terminal's hard wrap: when this next line has no record head of its own
@@ -312,6 +357,7 @@ class StartupTracker:
                 cand.details = {"from_raise_statement": "the excerpt ends right after this raise statement: "
                                                         "its exception line is cut, the message is the statement's literal"}
                 cand.traceback = [t for _, t in entries][-6:]
+                cand.frames = [t for _, t in reversed(entries) if _FRAME.match(t)]
                 return cand
             return None  # only the traceback the excerpt ends in
         return None
@@ -350,10 +396,20 @@ class StartupTracker:
             self.deaths.append({"line": line.number, "reported_by": proc, **d})
             self._death_lines.append((line.number, line.rank, line.raw))
 
+    def _candidate(self, line: Line, proc: str | None, text: str, m: FailureMatch | None, exc: str | None,
+                   generic_class: str | None, details: dict, tb_lines) -> _Candidate:
+        cand = _Candidate(line, proc, text, m, exc, generic_class, details, [t for _, t in (tb_lines or ())][-6:])
+        cand.frames = [t for _, t in reversed(tb_lines or ()) if _FRAME.match(t)]
+        return cand
+
     def _set_cause(self, line: Line, proc: str | None, text: str, m: FailureMatch | None,
                    exc: str | None, generic_class: str | None, details: dict, tb_lines=None) -> None:
         tb = [t for _, t in (tb_lines or ())][-6:]
         self.cause = _Candidate(line, proc, text, m, exc, generic_class, details, tb)
+        self.cause.frames = [t for _, t in reversed(tb_lines or ()) if _FRAME.match(t)]
+        self._bare = None
+        if _WRAPPER.search(text):
+            self._refine_until = line.number + 5
         if self.listeners:
             verdict = self.result()
             for fn in self.listeners:
@@ -369,6 +425,14 @@ class StartupTracker:
         open_tb = self._failing_tracebacks() if not (served or self.runtime_line) else []
         if c is None and open_tb:
             c = self._raise_statement_cause()
+        shown = bool(self.echoes) or bool(self.deaths) or bool(open_tb)
+        if not (served or self.runtime_line):
+            w = self._weak
+            if w is not None and (c is None and shown or c is not None and w.line < c.line and c.match is not None
+                                  and w.match is not None and w.match.entry.cls == c.match.entry.cls):
+                c = w  # the same failure, first stated as vLLM's warning
+            if c is None and self._bare is not None:
+                c = self._bare
         failed = c is not None or ((bool(self.echoes) or bool(self.deaths) or bool(open_tb)) and not self.runtime_line)
         out: dict[str, Any] = {
             "failed": failed, "cause_id": None, "cause_class": None, "cause_line": None, "cause_text": None,
@@ -389,6 +453,8 @@ class StartupTracker:
             else:
                 src = harvested_source(c.text)
                 cls = c.generic_class
+                if cls == "unknown":
+                    cls = self.cat.class_hint(c.text, c.frames) or cls
                 if src is not None:
                     out["raised_in"] = {"file": src[0]["f"], "versions": f"{src[0]['first']}-{src[0]['last']}",
                                         "exception": src[0]["e"]}
@@ -442,6 +508,9 @@ class StartupTracker:
             parts.append(f"A traceback of {p or 'the main process'} starts at line {first} and the excerpt ends "
                          "before its exception line: the paste is cut"
                          + (f" (open tracebacks of {len(procs)} processes: {', '.join(procs[:8])})." if len(procs) > 1 else "."))
+        elif self.echoes and self.echoes[-1]["line"] == self.last_line:
+            parts.append(f"The failure is announced at line {self.last_line} and nothing after it states an error: "
+                         "the traceback that follows such a line is not in the excerpt (the paste is cut).")
         parts.append("Collect the complete log from the `vllm serve` command on (stdout and stderr: `2>&1`; "
                      "`docker logs <container> 2>&1`, every worker / rank of a multi-node start) — the cause "
                      "is printed by the process that failed, before these lines.")
