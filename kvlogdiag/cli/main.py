@@ -167,6 +167,10 @@ def cli() -> None:
 for _cmd in (analyze, watch, scan, report, estimate, rules_cmd, explain, patterns):
     cli.add_command(_cmd)
 
+from kvlogdiag.cli.deployment import deployment as _deployment  # noqa: E402 - issue 14, kept in one edit
+
+cli.add_command(_deployment)
+
 
 
 
