@@ -211,6 +211,9 @@ class Analysis:
     # (``insufficient_kv``): the evidence report and estimate cite; not part of the JSON
     evidence: dict[str, LogLine] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)  # fields added to the JSON by later stages
+    # the container (docker compose / kubectl --prefix) of an interleaved multi-container log: each
+    # container is analysed on its own; None for a log of one server
+    container: str | None = None
 
     # -- views -----------------------------------------------------------------------------------
 
@@ -232,8 +235,10 @@ class Analysis:
 
     def to_json(self, min_severity: str = "info") -> dict[str, Any]:
         """The JSON contract (docs/json-output.md); findings below ``min_severity`` left out."""
-        out: dict[str, Any] = {
-            "source": self.source,
+        out: dict[str, Any] = {"source": self.source}
+        if self.container is not None:
+            out["container"] = self.container
+        out.update({
             "lines_read": self.lines_read,
             "vllm": self.vllm.to_json(),
             "config": self.config,
@@ -245,7 +250,7 @@ class Analysis:
             "memory": self.memory,
             "kv_transfer": self.kv_transfer,
             "provenance": self.provenance,
-        }
+        })
         if self.startup is not None:
             out["startup"] = self.startup
         out.update(self.extra)
@@ -259,6 +264,7 @@ class InputAnalysis:
 
     source: str
     runs: list[Analysis]
+    container: str | None = None  # see `Analysis.container`
 
     @property
     def current(self) -> Analysis:
@@ -274,7 +280,8 @@ class InputAnalysis:
             return [self.runs[0]]
         n = int(which)
         if not 1 <= n <= len(self.runs):
-            raise IndexError(f"{self.source}: no run {n} (the input has {len(self.runs)})")
+            where = f"{self.source} [{self.container}]" if self.container else self.source
+            raise IndexError(f"{where}: no run {n} (the input has {len(self.runs)})")
         return [self.runs[n - 1]]
 
     def to_json(self, which: str = "last", min_severity: str = "info") -> dict[str, Any]:

@@ -38,7 +38,8 @@ def analyze(inputs: tuple[str, ...], fmt: str, max_bytes: int, run: str | None, 
     """Analyse one or more logs (paths or - for stdin; gzip/bz2/xz/zstd detected automatically).
 
     A log with several server starts (a restarted server appending to its log) is analysed per
-    start: each figure and finding belongs to one run."""
+    start: each figure and finding belongs to one run. Interleaved output of several containers
+    (docker compose logs, kubectl logs --prefix) is analysed per container."""
     if not inputs and sys.stdin.isatty():
         err("no input: give a log file, or pipe one in (kvlogdiag analyze - < server.log)")
         return ExitCode.ERROR
@@ -48,7 +49,7 @@ def analyze(inputs: tuple[str, ...], fmt: str, max_bytes: int, run: str | None, 
     failed: list[str] = []
     for src in inputs or ("-",):
         try:
-            results.append(analyzer.analyze_source(src, max_bytes))
+            results.extend(analyzer.analyze_source_split(src, max_bytes))  # one per container
         except InputError as exc:
             err(str(exc))
             failed.append(str(exc))

@@ -101,6 +101,7 @@ _SYSLOG = re.compile(
 )
 # docker compose logs: "name  | " (names padded to one width); kubectl logs --prefix: "[pod/p/c] "
 _COMPOSE = re.compile(r"(?P<container>[A-Za-z0-9][\w.@-]*) *\| ")
+_COMPOSE_NAMED = re.compile(r"[A-Za-z0-9][\w.-]*[-_]\d+ +\| ")  # compose's names: project-service-N (v1: _N)
 _KUBE_PREFIX = re.compile(r"\[pod/(?P<pod>[^/\]\s]+)/(?P<container>[^\]\s]+)\] ")
 # vLLM process prefixes, all versions (see docs/vllm-log-format.md, 1.2).
 _PROC_BODY = (
@@ -184,8 +185,10 @@ class Envelopes:
         for rx in self.shapes.values():
             if rx.fullmatch(env):
                 return
-        key = "".join(r"\d+" if t[0].isdigit() else " +" if t[0] == " " else re.escape(t)
-                      for t in _SHAPE_TOKENS.findall(env))
+        tokens = _SHAPE_TOKENS.findall(env)
+        # the last run of spaces is the separator, kept exact: more spaces are the message's indentation
+        key = "".join(r"\d+" if t[0].isdigit() else " +" if t[0] == " " and i < len(tokens) - 1 else re.escape(t)
+                      for i, t in enumerate(tokens))
         if key.startswith(" +"):
             key = " *" + key[2:]  # right-aligned line numbers: the padding shrinks as they grow
         if len(self.shapes) >= self.MAX_SHAPES:
@@ -228,18 +231,21 @@ def _headless_envelope(raw: str, envs: "Envelopes | None") -> int:
         n = envs.peel(raw)
         if n:
             return n
-    m = _ENV_CHARS.match(raw)
+    # a container prefix in compose's own naming (project-service-N) or kubectl's is one without a head
+    m = _COMPOSE_NAMED.match(raw) or _KUBE_PREFIX.match(raw)
+    base = m.end() if m else 0
+    m = _ENV_CHARS.match(raw, base)
     if m is None or m.end() >= len(raw):
-        return 0
+        return base
     end = m.end()
     mark = len(raw[:end].rstrip(" \t"))  # the envelope's last mark; the indentation after it is the message's
-    if mark == 0:
-        return 0
+    if mark <= base:
+        return base
     if not _known_start().match(raw, end):
         # an unknown message still counts when the envelope closes the line (`...`, | ... |)
-        opened = [c for c in raw[:mark] if c in "|`"]
+        opened = [c for c in raw[base:mark] if c in "|`"]
         if not opened or not raw.rstrip().endswith(opened[0]) or len(raw.rstrip()) <= end:
-            return 0
+            return base
     sep = raw[mark: mark + 1]
     return mark + 1 if sep == "\t" or (sep == " " and raw[mark - 1] in _MARKS) else mark
 

@@ -148,7 +148,8 @@ def render_text(analyses: list[Analysis], min_severity: str = "info", errors: It
     out: list[str] = []
     for a in analyses:
         rl = run_label(a)
-        out.append(f"== {a.source}  ({a.lines_read:,} lines{'; ' + rl if rl else ''})")
+        where = f"{a.source} [container {a.container}]" if a.container else a.source
+        out.append(f"== {where}  ({a.lines_read:,} lines{'; ' + rl if rl else ''})")
         out.append(tabulate(identity_rows(a), tablefmt="plain"))
         kv = a.kv_cache
         out.append("")
@@ -240,7 +241,8 @@ def render_markdown(analyses: list[Analysis], min_severity: str = "info", detail
         fs = visible_findings(a, min_severity)
         counts = {s.label: sum(1 for f in fs if f.severity == s) for s in Severity}
         rl = run_label(a)
-        out.append(f"## kvlogdiag: {md_escape(a.source)}" + (f" ({md_escape(rl)})" if rl else ""))
+        where = f"{a.source} [container {a.container}]" if a.container else a.source
+        out.append(f"## kvlogdiag: {md_escape(where)}" + (f" ({md_escape(rl)})" if rl else ""))
         out.append("")
         out.append(f"{a.lines_read:,} lines read · {counts['error']} errors · {counts['warning']} warnings · {counts['info']} info")
         out.append("")
