@@ -172,3 +172,18 @@ class EngineArgs:
     assert f["--no-x"] == {"dest": "x", "kind": "store_false", "first": "0.1.0", "last": "0.1.0"}
     assert f["--max-model-len"]["last"] == "0.2.0" and "--num-prompts" not in f
     assert json.dumps(t)  # the table is plain JSON
+
+
+def test_prefilter_keeps_command_lines_but_not_access_lines():
+    from kvlogdiag.pipeline import prefilter
+
+    rx = prefilter()
+    assert rx.search(b'      - "8192"') and rx.search(b'command: ["vllm", "serve", "m"]') and rx.search(b"engine = EngineArgs(")
+    # a uvicorn access line of every request has ' - "': it must not become a candidate line
+    assert rx.search(b'INFO:     127.0.0.1:40000 - "POST /v1/chat/completions HTTP/1.1" 200 OK') is None
+
+
+def test_a_vllm_record_is_not_a_launch_command(analyze_text):
+    a = analyze_text("WARNING 10-20 13:41:05 [api_server.py:12] this entrypoint is deprecated: "
+                     "vllm serve Qwen/Qwen2.5-7B --max-model-len 8192 -tp 2\n" + TAIL)
+    assert a["config"]["max_model_len"] is None

@@ -438,10 +438,9 @@ class BlockList:
         return (args, self.start_fact) if args else None
 
 
-# what lines the prefilter must let through for these forms (besides the catalogue's own keywords)
-PREFILTER_KEYWORDS = ('- "', "- '", '"serve"', "'serve'", "EngineArgs(", "args:", "command:", "vllm serve",
+# what lines the prefilter must let through for these forms (besides the catalogue's own keywords); YAML
+# items only indented: every uvicorn access line ('127.0.0.1:4000 - "POST /v1/...') has ' - "'
+PREFILTER_KEYWORDS = ('  - "', "  - '", '"serve"', "'serve'", "EngineArgs(", "args:", "command:", "vllm serve",
                       "enforce_eager=", "block_size=", "max_num_seqs=", "max_num_batched_tokens=", "kv_cache_dtype=",
                       "enable_prefix_caching=", "swap_space=", "cpu_offload_gb=", "pipeline_parallel_size=",
                       "quantization=")
-# a cheap test the extractor runs on every line before trying the forms above
-CANDIDATE = re.compile(r"vllm|api_server|serve|--|LLM|EngineArgs|args|command|^\s*-\s|_\w+\s*=")

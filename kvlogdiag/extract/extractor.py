@@ -16,6 +16,7 @@ from kvlogdiag.catalogue.patterns import STATS_TAIL, Pattern, catalogue
 from kvlogdiag.extract import commands
 from kvlogdiag.extract.facts import Fact, LogFacts
 from kvlogdiag.extract.failures import StartupTracker
+from kvlogdiag.extract.platform import RECORD as PLATFORM_RECORD
 from kvlogdiag.extract.platform import evidence as platform_evidence
 from kvlogdiag.extract.pyrepr import CLASS_KEY, parse_json_or_repr, parse_repr, scalar, split_key_values, unwrap_path
 from kvlogdiag.input.reader import Line
@@ -415,10 +416,13 @@ class Extractor:
         commands in the other forms (extract/commands.py): a shell command behind a wrapper or in prose,
         a JSON/YAML list, a YAML block list, bare flag lines, an LLM(...) / EngineArgs(...) call."""
         text = line.text
-        for ev in platform_evidence(line.raw or text):  # the whole line: table cells are an envelope to the reader
+        record = PLATFORM_RECORD.match(text) is not None
+        for ev in platform_evidence(line.raw or text, record):  # the whole line: table cells are an envelope to the reader
             if ev.platform:
                 src = ev.what + ("_weak" if ev.weak else "") + ("" if ev.kind == "log" else "_in_" + ev.kind)
                 self.facts.platform.append(self._fact(ev.platform, line, src))
+        if record:
+            return  # vLLM's own record is never the user's launch command
         if self._block.open or "args" in text or "command" in text:
             done = self._block.feed(line.number, text, self._fact(None, line, "command_list"))
             if done is not None:

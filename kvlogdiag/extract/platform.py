@@ -110,8 +110,19 @@ def _env_value_selects(v: str) -> bool:
     return bool(v) and v not in ("-1", "none", "None", "NoDevFiles", "void") and not is_placeholder(v)
 
 
-def evidence(text: str) -> list[Evidence]:
-    """Every piece of platform evidence in one line (the line's text after its envelope)."""
+# in a vLLM log record, evidence needs one of these words (a cheap test before the full keyword search,
+# which costs ~9 us a line: long logs are mostly records)
+_RECORD_WORDS = ("NVIDIA", "AMD", "Ascend", "Intel", "TPU", "VISIBLE_", "gfx", "Gaudi", "Radeon", "rocm", "ROCm",
+                 "iter", "tpu", "xpu", "hpu", "npu", "cuda.py", "habana", "Apple")
+_RECORD_WORDS_RX = re.compile("|".join(map(re.escape, _RECORD_WORDS)))
+# a vLLM record head after the envelope: 'INFO 10-20 13:41:05 [file.py:12]' (older: 'file.py:12]')
+RECORD = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) [\d-]+ [\d:.,]+ \[?[\w.]+\.py:\d+\]")
+
+
+def evidence(text: str, record: bool = False) -> list[Evidence]:
+    """Every piece of platform evidence in one line (``record``: the line is a vLLM log record)."""
+    if record and not _RECORD_WORDS_RX.search(text):
+        return []
     if not keyword_regex().search(text):
         return []
     kind = ""
