@@ -13,7 +13,16 @@ in the order the values are found):
 * API keys → ``<api-key-N>``: ``--api-key X``, ``'api_key': 'X'`` (also lists of keys),
   ``VLLM_API_KEY=X``, ``Authorization: Bearer X``, ``sk-…``; passwords/secrets after such keys;
 * Hugging Face tokens → ``<hf-token-N>``: ``hf_…``, ``HF_TOKEN=X``, ``--hf-token X``;
-* e-mail addresses → ``<email-N>``; ``user:password@`` in URLs → ``<credentials-N>@``.
+* e-mail addresses → ``<email-N>``; ``user:password@`` in URLs → ``<credentials-N>@``;
+* credentials with a fixed shape → ``<api-key-N>``: AWS access key ids (``AKIA…``/``ASIA…``), values of
+  ``AWS_SECRET_ACCESS_KEY=``/``aws_session_token``, GitHub tokens (``ghp_``/``gho_``/``ghu_``/``ghs_``/``ghr_``,
+  ``github_pat_``), Slack tokens (``xoxb-``, ``xoxp-``, …, ``xapp-``), Google API keys (``AIza…``), bare JWTs
+  (``eyJ….eyJ….sig``);
+* PEM blocks (``-----BEGIN … -----`` to its END; a header whose base64 body follows in the next lines of a
+  log masks those lines up to the END line) → ``<pem-N>``;
+* ``~user/…`` paths → ``~<user-N>/…``; MAC addresses → ``<mac-N>``.
+
+`escape_controls` / `SafeText` make log text safe to show on a terminal (control sequences escaped).
 
 Kept on purpose (not secrets, and needed to read a report): loopback and unspecified addresses
 (``127.0.0.1``, ``0.0.0.0``, ``::1``, ``::``), ``localhost``, model repo ids
