@@ -125,7 +125,7 @@ def classify_role(kv_role: str | None, recompute: bool | None, has_vllm: bool, s
         return "mixed"
     if not has_vllm:
         return "proxy" if "proxy" in Path(source).name.lower() else "unknown"
-    return "decode" if recompute else "mixed"
+    return "mixed"  # a vLLM server without kv_role is not one side of a P/D pair
 
 
 def node_from_analysis(a: Analysis, name: str, extras: dict[str, Any] | None = None) -> DeploymentNode:
@@ -330,7 +330,10 @@ def unique_names(lns: list[LoggedNode]) -> None:
         seen[ln.node.name] = seen.get(ln.node.name, 0) + 1
     for ln in lns:
         if seen[ln.node.name] > 1:
-            ln.node.name = f"{ln.node.host}/{ln.node.name}" if ln.node.host else ln.path
+            ln.node.name = str(Path(*Path(ln.path).parts[-2:]))
+    if len({ln.node.name for ln in lns}) < len(lns):
+        for ln in lns:
+            ln.node.name = ln.path
 
 
 # --- rule scopes ----------------------------------------------------------------------------
@@ -589,15 +592,26 @@ def build_deployment(name: str, nodes: list[DeploymentNode], workload: Workload 
     w = workload or Workload()
     rules = rules if rules is not None else load_deployment_rules()
     raw = evaluate_deployment(rules, scope_envs(nodes, w), params, errors)
-    findings = []
-    seen: set[tuple[str, str]] = set()
+    # a node-scope verdict that is the same on several nodes (one shared launch template) is one finding
+    merged: dict[tuple[str, str, str], list[Any]] = {}
     for f in raw:
-        if (f.rule.code, f.message) in seen:  # the same verdict from several pairs of one instance
+        one = f.rule.scope == "node" and len(f.nodes) == 1
+        key = (f.rule.code, f.severity.label, f.message.replace(f.nodes[0], "\0") if one else f.message)
+        if key in merged:
+            if one:
+                merged[key].append(f)
             continue
-        seen.add((f.rule.code, f.message))
-        cites = tuple(Citation(node, line, what) for node, line, what in f.evidence)
-        findings.append(DeploymentFinding(f.rule.code, f.rule.name, f.severity, f.message, f.fix, f.nodes, cites,
-                                          tuple(f.links), f.rule.summary))
+        merged[key] = [f]
+    findings = []
+    for (_, _, text), fs in merged.items():
+        f = fs[0]
+        names = tuple(n for x in fs for n in x.nodes)
+        message = text.replace("\0", ", ".join(names))
+        cites = tuple(Citation(node, line, what) for x in fs for node, line, what in x.evidence)
+        links = tuple(dict.fromkeys(link for x in fs for link in x.links))
+        fix = f.fix.replace(f.nodes[0], ", ".join(names)) if len(fs) > 1 else f.fix
+        findings.append(DeploymentFinding(f.rule.code, f.rule.name, f.severity, message, fix, names, cites, links,
+                                          f.rule.summary))
     return Deployment(name, nodes, findings, capacity(nodes, w), host_table(nodes, w), grouped_by)
 
 
