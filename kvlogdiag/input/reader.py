@@ -363,10 +363,12 @@ _GROUPED = re.compile(
     r"(?![\w\u202f\u00a0\u2009]|[.,'\u2019]\d)"
 )
 _COUNT_UNIT = re.compile(r" (?:tokens|blocks|reqs|requests|seqs|sequences)\b")  # units of whole numbers
-_GROUP_HINT = re.compile(r"\d[.'\u2019\u202f\u00a0\u2009 ]\d{3}")
+_GROUP_HINT = re.compile("[0-9][.'\u2019\u202f\u00a0\u2009 ][0-9]{3}")
+NUMBER_WINDOW = 400  # a grouped number is looked for this far into the line: the figures' lines are short
 # longer lines are dumps vLLM formats itself (config, args, request prompts): their numbers and spacing
 # are left alone (a trailing remark is still dropped)
 NORMALISE_MAX_CHARS = 1000
+REMARK_MAX_CHARS = 200
 # the end of the vLLM (or uvicorn) head inside a line's text, and the message's own indentation after it
 _MSG_START = re.compile(
     r"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? (?:\[[^\]]*\]|[\w.-]+:\d+\])? ?"
@@ -398,20 +400,28 @@ def normalise_message(text: str) -> str:
 
     The head and the message's own indentation (tracebacks, code) are kept, and so is the alignment
     of vLLM's ASCII logo. The numbers of the lines vLLM prints by the thousand (stats) are not looked
-    at, and lines over `NORMALISE_MAX_CHARS` keep their numbers and spacing.
+    at, a grouped number is looked for in the first `NUMBER_WINDOW` characters, and lines over
+    `NORMALISE_MAX_CHARS` keep their numbers and spacing (their remark is looked for in their tail).
     """
-    short = len(text) <= NORMALISE_MAX_CHARS
-    if short and "Avg prompt throughput" not in text and _GROUP_HINT.search(text):
-        text = _GROUPED.sub(_ungroup, text)
-    spaced = short and ("  " in text or "\t" in text)
-    if not spaced and " #" not in text and "\t#" not in text:
-        return text
+    n = len(text)
+    if n > NORMALISE_MAX_CHARS:
+        spaced = False
+        tail = n - REMARK_MAX_CHARS  # a long line is searched for its remark in its tail only
+        if text.find(" #", tail) < 0 and text.find("\t#", tail) < 0:
+            return text
+    else:
+        tail = 0
+        if "Avg prompt throughput" not in text and _GROUP_HINT.search(text, 0, NUMBER_WINDOW):
+            text = _GROUPED.sub(_ungroup, text)
+        spaced = "  " in text or "\t" in text
+        if not spaced and " #" not in text and "\t#" not in text:
+            return text
     k = _MSG_START.match(text).end()  # type: ignore[union-attr]  # (it can match empty)
     body = text[k:]
     if spaced and ("  " in body or "\t" in body) and not _LOGO.search(body):
         body = _ALIGN.sub(" ", body)
     if " #" in body or "\t#" in body:
-        m = _REMARK.search(body)
+        m = _REMARK.search(body, max(0, tail - k))
         if m is not None and m.start() > 0 and _keyword_rx().search(m.group(0)) is None:
             body = body[: m.start()]
     return text[:k] + body if k else body
