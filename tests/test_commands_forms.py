@@ -187,3 +187,38 @@ def test_a_vllm_record_is_not_a_launch_command(analyze_text):
     a = analyze_text("WARNING 10-20 13:41:05 [api_server.py:12] this entrypoint is deprecated: "
                      "vllm serve Qwen/Qwen2.5-7B --max-model-len 8192 -tp 2\n" + TAIL)
     assert a["config"]["max_model_len"] is None
+
+
+_N = 1 << 18
+HOSTILE = {
+    "colons": " ".join(["a:b:c:d"] * (_N // 8)) + " x vllm serve m --max-model-len 8",
+    "prompts": " ".join([">>>"] * (_N // 4)) + " vllm serve m",
+    "path": "/".join(["seg"] * (_N // 4)) + " serve",
+    "one_word": "a" * _N + " vllm serve m",
+    "spaces_item": "- x" + " " * _N + "y",
+    "llm_kwargs": "LLM(" + "a=1, " * (_N // 5),
+    "pipes": "| " + "| OK |" * (_N // 6) + "x",
+    "list": '["' + 'a", "' * (_N // 5) + '"]',
+    "long_token": "vllm serve " + "=" * _N,
+    "env": "CUDA_VISIBLE_DEVICES=" * (_N // 21),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_hostile_long_lines_are_read_in_linear_steps(name):
+    """Lines of 256 KiB (the reader keeps up to 1 MiB): a regex that backtracks over the whole line, or
+    shlex on one huge token, would not come back from these; linear code does, with no value invented."""
+    from kvlogdiag.extract import platform
+
+    t = HOSTILE[name]
+    cmd = commands.shell_command(t)
+    assert cmd is None or "max_model_len" not in cmd.args or cmd.args["max_model_len"] == 8
+    commands.list_command(t)
+    commands.python_call(t)
+    commands.flag_line_args(t)
+    block = commands.BlockList()
+    block.feed(1, "args:", None)
+    block.feed(2, t, None)
+    block.close()
+    assert all(e.platform in ("cuda", "") for e in platform.evidence(t) + platform.evidence(t, True))
+    platform.line_kind(t)

@@ -172,9 +172,14 @@ def parse_flags(tokens: list[str], positional: bool = False) -> dict[str, Any]:
     return args
 
 
+_SHLEX_MAX = 1 << 16  # shlex is quadratic in a token's length: a longer "command" is a damaged line, split on spaces
+
+
 def split_shell(text: str) -> list[str]:
     """Shell words of a command line; an unbalanced quote (a cut paste) falls back to whitespace."""
     text = text.translate(_CURLY)
+    if len(text) > _SHLEX_MAX:
+        return [w.strip("'\"") for w in text.split()]
     try:
         return shlex.split(text, comments=False)
     except ValueError:
@@ -185,11 +190,11 @@ def split_shell(text: str) -> list[str]:
 
 # where vLLM's own argument list begins: 'vllm serve', the api_server module or script, an image
 _ANCHOR = re.compile(
-    r"(?P<serve>(?<![\w.-])(?:[\w./~-]*/)?vllm[\"',\s]+serve\b[\"',]?)"
+    r"(?P<serve>(?<![\w./~-])(?:[\w./~-]*/)?vllm[\"',\s]+serve\b[\"',]?)"
     r"|(?P<module>(?<![\w.-])-m[\"',\s]+[\"']?vllm\.entrypoints\.[\w.]*api_server\b[\"',]?)"
-    r"|(?P<script>(?<![\w.-])(?:[\w./~-]*/)?api_server\.py\b)"
-    r"|(?P<image>(?<![\w.-])[\w.-]*(?:/[\w.-]+)*/vllm-openai(?::[\w.-]+)?(?=[\s\"',]|$))"
-    r"|(?P<bench>(?<![\w.-])(?:[\w./~-]*/)?benchmark_\w+\.py\b)")
+    r"|(?P<script>(?<![\w./~-])(?:[\w./~-]*/)?api_server\.py\b)"
+    r"|(?P<image>(?<![\w./-])[\w.-]*(?:/[\w.-]+)*/vllm-openai(?::[\w.-]+)?(?=[\s\"',]|$))"
+    r"|(?P<bench>(?<![\w./~-])(?:[\w./~-]*/)?benchmark_\w+\.py\b)")
 # a user reporting what they ran (the command after it is this run's): "I ran", "Running", "launched with"
 _RAN_LEAD = re.compile(r"(?:\bI(?:'m| am)?\s+(?:ran|run|running|launched|launch|started|start|used|use|executed)"
                        r"|\b[Rr]unning|\b(?:[Ll]aunched|[Ss]tarted|[Ss]erved|[Dd]eployed)\s+(?:it\s+)?(?:with|using|via|by)"
@@ -197,21 +202,33 @@ _RAN_LEAD = re.compile(r"(?:\bI(?:'m| am)?\s+(?:ran|run|running|launched|launch|
 # a reply suggesting a command: not the run's
 _ADVICE = re.compile(r"\b(?:try|Try|could|should|e\.g\.|[Ee]xample|suggest|recommend|instead|consider|maybe|perhaps"
                      r"|[Pp]lease|docs?\b|documentation|[Ii]f you|you can|You can|you may|need to|must|[Uu]sage)\b")
-# words that stand before a command in a shell line: prompts, wrappers, env assignments, docker options
-_SHELL_PREFIX = re.compile(
-    r"^(?:\S*[#$>%]\s+|\([\w.-]+\)\s+|[-*+]\s+|>\s*|\d+[:.)]\s+|`+\s*)*"
-    r"(?:(?:export\s+)?[A-Za-z_][A-Za-z0-9_]*=(?:\"[^\"]*\"|'[^']*'|\S*)\s+"
-    r"|(?:nohup|exec|time|sudo|env|nice|stdbuf|numactl|taskset|srun|salloc|mpirun|mpiexec|torchrun|ray|uv|uvx|pipx|"
-    r"conda|poetry|pdm|hatch|bash|sh|zsh|apptainer|singularity|docker|podman|nerdctl|kubectl|ssh|screen|tmux|"
-    r"python\d?(?:\.\d+)?|[\w./~-]*/python\d?(?:\.\d+)?|run|exec|job|submit|-c"
-    # what else a shell line carries before the command: options, paths, host:port, images, numbers
-    r"|-\S*|\S*[/=:@]\S*|\d\S*|[\"'][^\"']*[\"'])\s+)*[\"']?$")
+# The words that may stand before a command in a shell line, one word at a time (a regex over the whole
+# prefix would backtrack exponentially on a long hostile line): prompts, list bullets, line numbers,
+# env assignments, wrappers and their options, paths, host:port, images, numbers, quoted words.
+_PROMPT_WORD = re.compile(r"\S*[#$>%]|\([\w.-]+\)|[-*+>]|\d+[:.)]|`+")
+_SHELL_WORD = re.compile(
+    r"export|[A-Za-z_][A-Za-z0-9_]*=\S*"
+    r"|nohup|exec|time|sudo|env|nice|stdbuf|numactl|taskset|srun|salloc|mpirun|mpiexec|torchrun|ray|uv|uvx|pipx"
+    r"|conda|poetry|pdm|hatch|bash|sh|zsh|apptainer|singularity|docker|podman|nerdctl|kubectl|ssh|screen|tmux"
+    r"|python\d?(?:\.\d+)?|\S*/python\d?(?:\.\d+)?|run|job|submit|container"
+    r"|-\S*|\S*[/=:@]\S*|\d\S*|[\"'`]\S*")
+# launchers: after one of them (and its options, whatever they are) the command follows
+_LAUNCHERS = {"docker", "podman", "nerdctl", "apptainer", "singularity", "srun", "salloc", "sbatch", "mpirun", "mpiexec",
+              "kubectl", "ssh"}
 
 
-# a line that starts (after a prompt) with a launcher: whatever its options, the command follows
-_WRAPPER_LEAD = re.compile(r"^(?:\S*[#$>%]\s+|\([\w.-]+\)\s+|[-*+]\s+|`+\s*)*(?:sudo\s+(?:-E\s+)?)?"
-                           r"(?:(?:docker|podman|nerdctl)\s+(?:run|exec|container\s+run)|apptainer\s+(?:run|exec)|singularity\s+(?:run|exec)"
-                           r"|srun|salloc|sbatch\s+--wrap|mpirun|mpiexec|kubectl\s+(?:exec|run)|ssh)\s")
+def _shell_prefix(before: str) -> bool:
+    """Is ``before`` (the text before the command) a shell prefix: a prompt, then shell words only, or a
+    launcher whatever follows it?"""
+    words = before.split()
+    i = 0
+    while i < len(words) and _PROMPT_WORD.fullmatch(words[i]):
+        i += 1
+    if i < len(words) and words[i] == "sudo":
+        i += 1
+    if i < len(words) and words[i] in _LAUNCHERS:
+        return True
+    return all(_SHELL_WORD.fullmatch(w) for w in words[i:])
 
 
 @dataclass
@@ -234,7 +251,7 @@ def _is_user_context(before: str) -> bool:
     if _ADVICE.search(before):
         return False
     b = before.translate(_CURLY)
-    if _SHELL_PREFIX.match(b) or _WRAPPER_LEAD.match(b):
+    if _shell_prefix(b):
         return True
     tail = b.rstrip().rstrip("`\"'").rstrip()
     return bool(_RAN_LEAD.search(tail + " ")) or b.rstrip().endswith("`")
@@ -401,7 +418,7 @@ def python_call(text: str) -> tuple[dict[str, Any], bool] | None:
 # -- YAML block lists (Kubernetes 'args:' / compose 'command:' with one '- item' per line) ----------
 
 _BLOCK_HEAD = re.compile(r"^\s*(?:-\s+)?(?:command|args)\s*:\s*(?:\|-?|>-?)?\s*$")
-_BLOCK_ITEM = re.compile(r"^\s*-\s+(?P<item>\S.*?)\s*$")
+_BLOCK_ITEM = re.compile(r"^\s*-\s+(?P<item>\S.*)$")
 
 
 class BlockList:
@@ -420,7 +437,7 @@ class BlockList:
         if self.open:
             im = _BLOCK_ITEM.match(text) if number == self.last + 1 else None
             if im:
-                item = im.group("item").split(" #", 1)[0].strip()
+                item = im.group("item").strip().split(" #", 1)[0].strip()
                 self.items.extend(_list_items(item) or [item.strip("'\"")] if item.startswith("[") else [item.strip("'\"")])
                 self.last = number
                 return None

@@ -31,7 +31,7 @@ from kvlogdiag.extract.commands import is_placeholder
 _LOG_HEAD = re.compile(r"\b(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b.{0,40}?\d\d:\d\d:\d\d|\[[\w.]+\.py:\d+\]"
                        r"|^\s*(?:GPU|NPU|Chip|Device)\s+\d+\s*:|^\s*GPU\[\d+\]\s*:|\bNVIDIA-SMI\s+\d|\bnpu-smi\s+\d|Driver Version:|^\s*=+\s*ROCm|^\s*\d+\s+\|")
 # a row of nvidia-smi / npu-smi / rocm-smi's table, not a markdown table someone wrote
-_SMI_ROW = re.compile(r"^\s*\|.*(?:\d\s*MiB|\d+W\s*/|[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:|\|\s*OK\s*\||\b(?:On|Off)\s*\||Bus-Id|Health|Perf\s|Persistence|NPU\s+Name|Chip\s).*\|\s*$")
+_SMI_WORDS = re.compile(r"\d\s*MiB|\d+W\s*/|[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:|\|\s*OK\s*\||\b(?:On|Off)\s*\||Bus-Id|Health|Perf\s|Persistence|NPU\s+Name|Chip\s")
 _COMMAND = re.compile(r"(?<![\w.-])(?:vllm\s+serve|vllm\.entrypoints|api_server\.py|docker\s+run|podman\s+run|srun|"
                       r"export\s+[A-Z_]+=|kubectl|image\s*:)|^\s*(?:[A-Z][A-Z0-9_]*=\S*\s+)+\S|^\s*-?\s*(?:name|value)\s*:")
 
@@ -98,7 +98,8 @@ _SHORT_MODEL = re.compile(r"(?:^|[\s(x×])(?:A10G?|A16|A30|A40|A2|L4|L20|H20|P40
 
 def line_kind(text: str) -> str:
     """Where a line stands: a log record or tool output, a launch command, or prose."""
-    if _LOG_HEAD.search(text) or _SMI_ROW.match(text):
+    t = text.strip()
+    if _LOG_HEAD.search(text) or (t[:1] == "|" and t[-1:] == "|" and _SMI_WORDS.search(t)):
         return "log"
     if _COMMAND.search(text):
         return "command"
