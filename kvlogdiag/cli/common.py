@@ -14,6 +14,7 @@ from kvlogdiag.cli.exit import ExitCode, quiet_stdout  # noqa: F401 - re-exporte
 from kvlogdiag.config import LEVELS, ROLES, load_settings
 from kvlogdiag.errors import KvlogdiagError
 from kvlogdiag.pipeline import Analyzer
+from kvlogdiag.render.redact import escape_controls
 from kvlogdiag.result import Severity
 
 
@@ -30,7 +31,7 @@ def fail_exit(analyses: list, fail_on: str) -> ExitCode:
 
 
 def err(msg: str) -> None:
-    click.echo(f"kvlogdiag: error: {msg}", err=True)
+    click.echo(f"kvlogdiag: error: {escape_controls(msg)}", err=True)  # a file name may hold escapes
 
 
 SPEC_HELP = "codes, code prefixes or names; repeatable or comma-separated"
@@ -77,6 +78,6 @@ def build_analyzer(ctx_kwargs: dict[str, Any]) -> Analyzer:
 def report_rule_errors(analyzer: Analyzer) -> bool:
     """Print rule evaluation errors to stderr; True when --strict-rules makes them fatal."""
     for e in analyzer.rule_errors:
-        click.echo(f"kvlogdiag: rule error: {e.message}", err=True)
+        click.echo(f"kvlogdiag: rule error: {escape_controls(e.message)}", err=True)
     return bool(analyzer.rule_errors) and analyzer.options.strict_rules
 

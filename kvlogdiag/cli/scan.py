@@ -30,6 +30,7 @@ from kvlogdiag.modes.scan import (
     to_frame,
     write_output,
 )
+from kvlogdiag.render.redact import escape_controls
 
 
 @click.command()
@@ -165,7 +166,7 @@ def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, .
         return ExitCode.INTERRUPTED
 
     for msg in dict.fromkeys(rule_errors):
-        click.echo(f"kvlogdiag: rule error: {msg}", err=True)
+        click.echo(f"kvlogdiag: rule error: {escape_controls(msg)}", err=True)
 
     state_failed = False
     ordered = [row for e in sorted(entries, key=lambda e: e.source) for row in rows[e.abspath]]
