@@ -325,6 +325,12 @@ def test_report_file_output_is_escaped_too(hostile_log, tmp_path):
     assert not [c for c in RAW if c in out.read_bytes()]
 
 
+def test_a_hostile_file_name_in_a_one_line_error_is_escaped(tmp_path):
+    p = kvlogdiag("analyze", str(tmp_path / "no\x1b]0;PWNED\x07such.log"))
+    assert p.returncode == ExitCode.ERROR
+    assert b"\x1b" not in p.stderr and b"\x07" not in p.stderr and b"\\x1b]0;PWNED\\x07" in p.stderr
+
+
 def test_escape_controls():
     assert escape_controls("plain text\tand tab\n") == "plain text\tand tab\n"
     assert escape_controls("a\x1b]0;t\x07b\x9bc\r") == "a\\x1b]0;t\\x07b\\u009bc\\x0d"
