@@ -50,7 +50,7 @@ def deployment(paths: tuple[str, ...], fmt: str, avg_output_len: int | None, gro
     of the deployment rules (KVD101...): what P and D must agree on, the declared peer layout, kv_role
     pairing, offload connectors per side, D/P capacity at --avg-prompt-len/--avg-output-len, pinned
     host memory per host, versions. Exit 1 when a deployment finding reaches --fail-on."""
-    rules = load_deployment_rules(kw.get("rule_dirs") or ())
+    rules = load_deployment_rules()  # built-in only: a --rules folder holds single-log rules (engine.py loads every *.toml)
     mine = _split_specs(kw, {r.name for r in rules.rules}, [r.code for r in rules.rules])
     analyzer = build_analyzer(kw)
     opts = analyzer.options

@@ -677,9 +677,12 @@ def render_text(deps: list[Deployment], min_severity: str = "info") -> str:
                            "requests per DP group")
             out.append("")
         if d.hosts:
-            out.append("Hosts: " + "; ".join(f"{h}: {t['ranks']} ranks, pinned offload {t['pinned_gib']:.1f} GiB"
-                                             + (f" of {t['ram_gib']:,.0f} GiB RAM" if t.get("ram_gib") else "")
-                                             for h, t in d.hosts.items()))
+            out.append("Hosts: " + "; ".join(
+                f"{h}: {t['ranks']} ranks, "
+                + (f"pinned offload {t['pinned_gib']:.1f} GiB" if t["pinned_gib"] or t["unsized"] else "no offload buffers")
+                + (f" of {t['ram_gib']:,.0f} GiB RAM" if t.get("ram_gib") else "")
+                + (f" (+ unsized: {', '.join(t['unsized'])})" if t["unsized"] else "")
+                for h, t in d.hosts.items()))
             out.append("")
         shown = d.visible_findings(min_severity)
         out.append(f"Deployment findings ({len(shown)})")

@@ -48,7 +48,7 @@ SCOPES = ("deployment", "node", "pair", "host")
 #: per-node names; a scope puts them under its prefixes (n., p., d.)
 NODE_NAMES: dict[str, str] = {
     "name": "node name (the log's file name without extension, or its path when names repeat)",
-    "host": "host the node runs on (directory, file name or data_parallel_address), null when unknown",
+    "host": "host the node runs on (<host>__<node>.log file name, else the directory), null when unknown",
     "role": "prefill | decode | mixed | proxy | unknown (kv_role, else the connector/scheduler evidence)",
     "kv_role": "top-level kv_role", "connector": "top-level KV connector",
     "connectors": "every connector name, MultiConnector children included",
