@@ -89,6 +89,15 @@ def test_suggested_commands_are_not_this_run(text, analyze_text):
     assert a["config"]["max_model_len"] is None and a["config"]["tensor_parallel_size"] is None
 
 
+def test_json_values_and_redacted_paths_are_values(analyze_text):
+    a = analyze_text("vllm serve /path/to/Qwen3-8B --max-model-len 8192 \\\n"
+                     "  --additional-config='{\"enable_cpu_binding\":true}' \\\n"
+                     "  --kv-transfer-config '{\"kv_connector\":\"LMCacheConnectorV1\",\"kv_role\":\"kv_both\"}'\n" + TAIL)
+    assert a["config"]["model"] == "/path/to/Qwen3-8B"  # a redacted path: the model name is real
+    assert a["config"]["additional_config"] == {"enable_cpu_binding": True}
+    assert a["config"]["kv_transfer_config"]["kv_connector"] == "LMCacheConnectorV1"
+
+
 def test_single_stray_flag_is_not_a_command(analyze_text):
     a = analyze_text("--max-model-len 8192\n\nsome text\n" + TAIL)
     assert a["config"]["max_model_len"] is None

@@ -40,6 +40,10 @@ CASES = [
     ("file tpu_worker.py", "INFO 10-20 13:41:30 [tpu_worker.py:120] Compiling the model", "tpu", "log"),
     ("file xpu_worker.py", "INFO 10-20 13:41:30 [xpu_worker.py:120] Memory profiling takes 3 s", "xpu", "log"),
     ("file hpu_worker.py", "INFO 10-20 13:41:30 [hpu_worker.py:120] Memory profiling takes 3 s", "hpu", "log"),
+    ("vLLM error text", "ValueError: Bfloat16 is only supported on GPUs with compute capability of at least 8.0. "
+                        "Your Tesla T4 GPU has compute capability 7.5.", "cuda", "log"),
+    ("traceback frame", '  File "/opt/venv/lib/python3.12/site-packages/vllm/worker/xpu_worker.py", line 82, in init_device',
+     "xpu", "log"),
     ("image rocm", "docker run --device /dev/kfd rocm/vllm:latest vllm serve Qwen/Qwen2.5-7B", "rocm", "command"),
     ("image tpu", "docker run --privileged vllm/vllm-tpu:nightly vllm serve Qwen/Qwen2.5-7B", "tpu", "command"),
 ]

@@ -44,8 +44,13 @@ _NO_VALUE = {"flag", "bool_optional", "store_false"}
 _SHELL_END = {"|", "||", "2>&1", "&&", ";", ">", ">>", "&", "1>", "2>", "<"}
 _TRUE_FALSE = {"true": True, "false": False, "1": True, "0": False}
 
-_PLACEHOLDER = re.compile(r"[<>{}$]|^\[.*\]$|\.\.\.|…|/path/to/|\bpath/to\b|\byour[-_ ]|\bYOUR_|^x+$|^(?:v?x\.x(?:\.x)?)$"
+# <model>, $MODEL, ${LEN}, {{ tp }}, {max_len}, [model_tag], '...', /path/to/model, your-model, N, vx.x.x
+# (a JSON value's braces are not a placeholder; '/path/to/Qwen3-8B' is a redacted path, its model name real)
+_PLACEHOLDER = re.compile(r"<[^<>]*>|\$\{?[A-Za-z_]|\{\{|\}\}|^\{[A-Za-z_]\w*\}$|^\[[^\]\"',]*\]$|\.\.\.|…"
+                          r"|^/?(?:\w+/)*path/to/(?:the/)?(?:your[-_]?)?(?:model|models|model[-_]?(?:dir|path|name)|checkpoint|ckpt|weights|dir)s?/?$"
+                          r"|\byour[-_ ]|\bYOUR_|^x+$|^v?x\.x(?:\.x)?$"
                           r"|^(?:N|M|K|X|NUM|INT|VALUE|MODEL(?:_NAME|_PATH|_ID)?|SIZE|LEN)$", re.I)
+
 _CURLY = str.maketrans({"\u201c": '"', "\u201d": '"', "\u201e": '"', "\u2018": "'", "\u2019": "'", "\u00a0": " ",
                         "\u2013": "-", "\u2014": "-"})
 

@@ -29,7 +29,7 @@ from kvlogdiag.extract.commands import is_placeholder
 
 # a vLLM log record head ('INFO 10-20 13:41:05', '[file.py:12]') or a device tool's table row
 _LOG_HEAD = re.compile(r"\b(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b.{0,40}?\d\d:\d\d:\d\d|\[[\w.]+\.py:\d+\]"
-                       r"|^\s*(?:GPU|NPU|Chip|Device)\s+\d+\s*:|^\s*GPU\[\d+\]\s*:|\bNVIDIA-SMI\s+\d|\bnpu-smi\s+\d|Driver Version:|^\s*=+\s*ROCm|^\s*\d+\s+\|")
+                       r"|^\s*(?:GPU|NPU|Chip|Device)\s+\d+\s*:|^\s*GPU\[\d+\]\s*:|^\s*File \"[^\"]+\", line \d+|^\s*(?:[\w.]+\.)?\w*(?:Error|Exception|Warning):|\bNVIDIA-SMI\s+\d|\bnpu-smi\s+\d|Driver Version:|^\s*=+\s*ROCm|^\s*\d+\s+\|")
 # a row of nvidia-smi / npu-smi / rocm-smi's table, not a markdown table someone wrote
 _SMI_WORDS = re.compile(r"\d\s*MiB|\d+W\s*/|[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:|\|\s*OK\s*\||\b(?:On|Off)\s*\||Bus-Id|Health|Perf\s|Persistence|NPU\s+Name|Chip\s")
 _COMMAND = re.compile(r"(?<![\w.-])(?:vllm\s+serve|vllm\.entrypoints|api_server\.py|docker\s+run|podman\s+run|srun|"
@@ -108,7 +108,8 @@ def line_kind(text: str) -> str:
 
 def _env_value_selects(v: str) -> bool:
     v = v.strip("'\" ")
-    return bool(v) and v not in ("-1", "none", "None", "NoDevFiles", "void") and not is_placeholder(v)
+    return bool(v) and v not in ("-1", "none", "None", "NoDevFiles", "void") and v[0] not in "<${" \
+        and not is_placeholder(v)
 
 
 # in a vLLM log record, evidence needs one of these words (a cheap test before the full keyword search,
