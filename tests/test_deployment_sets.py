@@ -178,6 +178,13 @@ SETS: dict[str, tuple[str, list[NodeSpec]]] = {
                        "P node, the D node with MooncakeConnectorV1 + OffloadingConnector and no recompute scheduler.",
                        [replace(P, offloading_blocks=None, rco_per_rank=GIB16, recompute=True),
                         replace(D, rco_per_rank=None, recompute=False, offloading_blocks=20000)]),
+    "pd-version-differs": ("As healthy-1p1d but the D node was upgraded to vLLM 0.27.1 and the P node was not.",
+                           [P, replace(D, version="0.27.1")]),
+    "two-producers-no-consumer": ("Two P instances (engine_id dsv4-p and dsv4-p2) and no D node among the logs.",
+                                  [P, replace(P, file="a3-p1__p1.log", engine_id="dsv4-p2", pid=8100)]),
+    "declared-prefill-tp8-real-tp4": ("As healthy-1p1d but both nodes declare prefill {dp_size: 2, tp_size: 8} while "
+                                      "the P node runs TP4.",
+                                      [replace(P, declared=(2, 8, 2, 4)), replace(D, declared=(2, 8, 2, 4))]),
     "dp4-d-two-hosts": ("A P node (DP2 x TP4) and a DP4 x TP4 D instance launched one DP rank per log (external DP, "
                         "as vLLM-Ascend's launch_online_dp.py), ranks 0-1 on host a3-d0 and 2-3 on host a3-d1, "
                         "RecomputeCPUOffloadConnector with 4 GiB per rank.",
