@@ -267,6 +267,9 @@ def test_headless_lines_without_learnt_envelope_peel_only_before_a_known_start()
     assert make_line(1, b"> ValueError: boom").text == "ValueError: boom"
     assert make_line(1, b">   File \"x.py\", line 1").text == '  File "x.py", line 1'
     assert make_line(1, b"- an ordinary bullet of prose").text == "- an ordinary bullet of prose"
+    # a container of any name before a known message; a table row is not a container
+    assert make_line(1, b"my-vllm  | Traceback (most recent call last):").meta == {"container": "my-vllm"}
+    assert make_line(1, b"Model | TP | notes").meta is None
     # python logging as fastchat writes it keeps its level field (the start-up tracker reads it)
     raw = b"2024-02-20 21:46:23 | ERROR | stderr | ValueError: x"
     assert make_line(1, raw).text == raw.decode()
@@ -349,3 +352,15 @@ def test_incremental_splitter_peels_like_the_reader(cuts):
         pos += c
     got += sp.end()
     assert [(ln.number, ln.text, ln.rank, ln.meta) for ln in got] == want
+
+
+def test_one_custom_named_container_stays_one_analysis(tmp_path):
+    """A compose service with its own container_name: the launch echo before the first vLLM line
+    belongs to it (a known start follows the prefix), so the log stays one analysis, with the command's
+    settings."""
+    rows = ["vllm  | + vllm serve meta-llama/Llama-3.1-8B-Instruct --max-model-len 8192 --gpu-memory-utilization 0.85"]
+    rows += [f"vllm  | {ln}" for ln in _lines(ROOT / "sample_logs" / "v1_single_gpu.log") if ln]
+    path = tmp_path / "one.log"
+    path.write_text("\n".join(rows) + "\n")
+    results = Analyzer().analyze_source_split(str(path))
+    assert [r.container for r in results] == ["vllm"]

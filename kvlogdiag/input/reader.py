@@ -231,7 +231,8 @@ def _headless_envelope(raw: str, envs: "Envelopes | None") -> int:
         n = envs.peel(raw)
         if n:
             return n
-    # a container prefix in compose's own naming (project-service-N) or kubectl's is one without a head
+    # a container prefix in compose's own naming (project-service-N) or kubectl's is one without a head;
+    # any other "name  | " only as part of the envelope before a known message start (not a table row)
     m = _COMPOSE_NAMED.match(raw) or _KUBE_PREFIX.match(raw)
     base = m.end() if m else 0
     m = _ENV_CHARS.match(raw, base)
