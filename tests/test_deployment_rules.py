@@ -81,3 +81,13 @@ def test_a_bad_deployment_rule_is_a_load_error_naming_file_and_rule(body, error)
     with pytest.raises(RuleLoadError, match=error) as exc:
         load_deployment_rule("rules/KVD199-x-y.toml", head + body + ("\n[[checks]]\nwhen = 'true'\nmessage = 'm'" if "checks" not in body else ""))
     assert "rules/KVD199-x-y.toml: KVD199" in str(exc.value)
+
+
+def test_every_documented_name_is_filled():
+    """A name the rules may use but the mode never fills would read null and keep its checks quiet."""
+    from kvlogdiag.modes.deployment import deployment_values, node_values
+    from kvlogdiag.rules.deployment_rules import DEPLOYMENT_NAMES, NODE_NAMES
+
+    n = DeploymentNode("x", kv_role="kv_consumer")
+    assert set(node_values(n, Workload(100, 10))) == set(NODE_NAMES)
+    assert set(deployment_values([n], Workload())) == set(DEPLOYMENT_NAMES)

@@ -365,6 +365,7 @@ def node_values(n: DeploymentNode, w: Workload) -> dict[str, Any]:
         "quantization": n.quantization, "vllm_version": n.vllm_version, "platform": n.platform,
         "tp": n.tp or 1, "pp": n.pp or 1, "dp": n.dp or 1, "dp_local": n.dp_local, "ep": n.ep,
         "block_size": n.block_size, "kv_cache_dtype": n.kv_cache_dtype, "bytes_per_token": bpt,
+        "bpt_effective": n.bytes_per_token_kind == "effective",
         "bytes_per_token_total": (bpt if rep else bpt * (n.tp or 1)) if bpt is not None else None,
         "kv_latent_replicated": rep, "pool_tokens": n.pool_tokens_per_dp_group,
         "max_num_seqs": n.max_num_seqs, "max_num_batched_tokens": n.max_num_batched_tokens,
