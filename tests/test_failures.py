@@ -20,7 +20,7 @@ from kvlogdiag.extract.failures import MAX_ECHOES, WINDOW, StartupTracker
 from kvlogdiag.input.reader import detect_hard_wrap, iter_lines, make_line, open_input, unwrap_lines
 
 DATA = Path(__file__).parent / "data"
-CASES = [p for d in ("failures", "failures_heldout", "failures_heldout2", "failures_heldout3", "failures_heldout4", "failures_heldout5", "failures_heldout6", "failures_heldout7", "failures_heldout8") for p in sorted((DATA / d).glob("*.json"))]
+CASES = [p for d in ("failures", "failures_heldout", "failures_heldout2", "failures_heldout3", "failures_heldout4", "failures_heldout5", "failures_heldout6", "failures_heldout7", "failures_heldout8", "failures_heldout9") for p in sorted((DATA / d).glob("*.json"))]
 
 
 def run(lines, keep=None) -> dict:
@@ -430,3 +430,33 @@ def test_request_ids_and_dead_engine_errors_mean_the_server_was_serving():
     assert not r["failed"]
     r = run([EC + HEAD + "Invocation of collective_rpc method failed", EC + HEAD + "Traceback (most recent call last):"])
     assert not r["failed"]
+
+
+# --- round-9 shapes -----------------------------------------------------------------------------
+
+def test_an_ignored_exception_in_a_destructor_is_not_the_cause():
+    r = run(["(RayWorkerVllm pid=14289) Exception ignored in: <function NCCLCommunicator.__del__ at 0x7f4d8c3212d0>",
+             "(RayWorkerVllm pid=14289) Traceback (most recent call last):",
+             '(RayWorkerVllm pid=14289)   File "/x/vllm/model_executor/parallel_utils/pynccl.py", line 264, in __del__',
+             "(RayWorkerVllm pid=14289) AttributeError: 'NCCLCommunicator' object has no attribute 'comm'",
+             "(RayWorkerVllm pid=14289) ERROR 04-17 09:00:33 ray_utils.py:44] Error executing method init_device. This might cause deadlock in distributed execution.",
+             "(RayWorkerVllm pid=14289) ERROR 04-17 09:00:33 ray_utils.py:44] Traceback (most recent call last):"])
+    assert r["failed"] and r["cause_line"] is None and "cut" in r["not_in_excerpt_reason"]
+
+
+def test_exception_repr_and_one_line_tracebacks_are_read():
+    r = run(["vllm  | (Worker_TP1 pid=77) ERROR 10-08 09:19:30 [multiproc_executor.py:671] "
+             "ValueError(\"type fp8e4nv not supported in this architecture. The supported fp8 dtypes are ('fp8e4b15', 'fp8e5')\")"])
+    assert r["cause_line"] == 1 and r["cause_class"] == "dtype" and r["process"] == "Worker_TP1 pid=77"
+    one_line = ('`File "/x/requests/adapters.py", line 519, in send raise ConnectionError(e, request=request) ' + "x" * 300
+                + " requests.exceptions.ConnectionError: (MaxRetryError('HTTPSConnectionPool(host=\\'huggingface.co\\', port=443): "
+                "Max retries exceeded with url: /api/models/meta-llama/Llama-2-13b-chat-hf/revision/main'))`")
+    r = run([one_line])
+    assert r["cause_id"] == "hub_unreachable" and r["cause_text"].startswith("requests.exceptions.ConnectionError")
+
+
+def test_a_runtime_frame_after_a_cause_of_the_same_process_makes_it_a_runtime_crash():
+    r = run(["ERROR 04-10 11:26:01 engine.py:140] RuntimeError('The Inner error is reported as above.')",
+             "ERROR 04-10 11:26:01 engine.py:140] Traceback (most recent call last):",
+             'ERROR 04-10 11:26:01 engine.py:140]   File "/x/vllm/engine/multiprocessing/engine.py", line 201, in run_engine_loop'])
+    assert not r["failed"] and r["runtime_crash_line"] == 3

@@ -38,8 +38,13 @@ _HEAD = re.compile("^" + _HEAD_RX)
 _HEAD_ANY = re.compile(r"(?<![\w.])" + _HEAD_RX)
 HEAD_WINDOW = 240
 _UVICORN = re.compile(r"^(?P<level>ERROR|CRITICAL|INFO|WARNING):\s+")
-_EXC = re.compile(r"^(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Failure|Fault|Interrupt))"
-                  r"(?::\s*(?P<msg>.*))?$")
+_EXC = re.compile(r"^(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Failure|Fault|Interrupt)"
+                  # a module-qualified exception of any name (huggingface_hub.utils._http.OfflineModeIsEnabled)
+                  r"|(?:[a-z_][a-z0-9_]*\.)+[A-Z][A-Za-z0-9]+(?=:))"
+                  # "XError: message", or the repr a logger printed: XError("message")
+                  r"(?::\s*(?P<msg>.*)|\((?P<repr>[\"'].*[\"'])\))?$")
+# a traceback pasted on one line (newlines lost): its last qualified exception starts the error
+_INLINE_EXC = re.compile(r"\s((?:[a-z_][a-z0-9_]*\.)+[A-Z]\w*(?:Error|Exception)\w*: )")
 _VALIDATION = re.compile(r"(?P<count>\d+) validation errors? for (?P<config>\w+)")
 _PYDANTIC_ITEM = re.compile(r"^(?:Value error, (?P<value_error>.*)|(?P<item>.*\[type=[\w.]+.*))$")
 _PID = re.compile(r"\((?P<name>[^()]*?) pid=(?P<pid>\d+)")
@@ -77,7 +82,8 @@ _SERVING_HEAD = re.compile(r"(?:ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+
 # ANSI colours and CR written out as text by log exporters (CloudWatch / syslog `#033[..m`, `#015`; `^[[..m`)
 _LITERAL_ESC = re.compile(r"#033\[[0-9;]*[A-Za-z]|\^\[\[[0-9;]*[A-Za-z]|#015$")
 # a short lead before a pasted exception line ("报错：", "Error: ")
-_LEAD = re.compile(r"^[^\s:：]{1,12}[:：]\s*(?=(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)\b)")
+_LEAD = re.compile(r"^(?:[^\s:：]{1,12}[:：]\s*|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z?\s+|[\]\)>|]+\s+)"
+                   r"(?=(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)\b)")
 # NCCL's wrapper errors that state a CUDA / system failure on the lines after them ("Last error: ...")
 _WRAPPER = re.compile(r"unhandled cuda error|ncclUnhandledCudaError|unhandled system error|ncclSystemError")
 # a reporter's Markdown emphasis around a pasted line (**_ValueError: ..._**, `ValueError: ...`)
@@ -168,6 +174,7 @@ class StartupTracker:
         self._refine_until = 0  # a wrapper cause (NCCL's "unhandled cuda error") the next lines may state more exactly
         self._bare: _Candidate | None = None  # an exception line without any log evidence (a one-line paste)
         self._weak: _Candidate | None = None  # a catalogued cause vLLM logged at WARNING (it waits, then fails)
+        self._ignore_next: set[str | None] = set()  # processes whose next traceback Python reports as ignored
         # called with the verdict the moment a cause line is read (watch mode reports it then)
         self.listeners: list[Callable[[dict[str, Any]], None]] = []
 
@@ -212,8 +219,14 @@ class StartupTracker:
         body_s = body.strip()
         if body_s[:1] in ("*", "_", "`") and _MD_OPEN.match(body_s):
             body_s = _MD_CLOSE.sub("", _MD_OPEN.sub("", body_s))
-        elif ("：" in body_s[:14] or ":" in body_s[:14]) and _LEAD.match(body_s):
-            body_s = body_s[_LEAD.match(body_s).end():]  # type: ignore[union-attr]
+        else:
+            lead = _LEAD.match(body_s)
+            if lead:
+                body_s = body_s[lead.end():]
+        if len(body_s) > 300 and 'File "' in body_s[:2000]:
+            starts = [m.start(1) for m in _INLINE_EXC.finditer(body_s)]
+            if starts:
+                body_s = body_s[starts[-1]:]
         proc = process_of(line)
         if self._refine_until:
             if line.number > self._refine_until or self.cause is None:
@@ -229,8 +242,14 @@ class StartupTracker:
             self._join_from = 0
             if joined:
                 return
+        if body_s.startswith("Exception ignored in"):
+            # Python's unraisable-exception hook (a failing __del__, an atexit callback): the traceback that
+            # follows is reported and ignored — a side effect, never the cause
+            self._ignore_next.add(proc)
+            return
         if body_s.startswith("Traceback (most recent call last)"):
-            self._open_tb(proc, line.number, body_s, level)
+            self._open_tb(proc, line.number, body_s, "IGNORED" if proc in self._ignore_next else level)
+            self._ignore_next.discard(proc)
             return
         if body_s.endswith("Traceback (most recent call last):"):
             # "RuntimeError: Traceback (most recent call last):" (Ray Serve re-raising a formatted
@@ -240,8 +259,11 @@ class StartupTracker:
             body_s = body_s[: -len("Traceback (most recent call last):")].rstrip(" ,")
             if not body_s or _EXC.match(body_s.rstrip(":")) and body_s.endswith(":"):
                 return
-        if _RUNTIME_FRAME.match(body_s) and not self.runtime_line and self.cause is None:
+        if _RUNTIME_FRAME.match(body_s) and not self.runtime_line and (self.cause is None or self.cause.process == proc):
+            # the engine loop ran; a cause this process stated just before is the running engine's crash
+            # (V0 logs the exception's repr above its traceback)
             self.runtime_line = line.number
+            self.cause = None
         tb = self._tb.get(proc)
         if tb is None and level not in ("INFO", "DEBUG", "WARNING", "WARN") and _FRAME.match(body_s):
             # an excerpt that starts inside a traceback: its frames without the first line
@@ -257,7 +279,8 @@ class StartupTracker:
             tb.append((line.number, body_s))
         if em is not None and tb is not None:
             self._tb.pop(proc, None)  # the exception line closes the traceback
-            self._tb_level.pop(proc, None)
+            if self._tb_level.pop(proc, None) == "IGNORED":
+                return
         if level in ("INFO", "DEBUG"):
             return
         echo = self.cat.is_echo(body_s)
@@ -297,11 +320,11 @@ class StartupTracker:
         # from the released sources: a pasted one-line error is vLLM's text, not a sentence of prose)
         prefixed = line.rank is not None or _PID.match(line.raw) is not None
         if em and exc and not _WARNING_EXC.search(exc) and not vm and (
-                level is not None or tb is not None or prefixed or harvested_source(em.group("msg") or "") is not None):
+                level is not None or tb is not None or prefixed or harvested_source(em.group("msg") or em.group("repr") or "") is not None):
             if exc.endswith("KeyboardInterrupt") or exc.endswith("SystemExit"):
                 return
             text_c = body_s
-            if exc.endswith("AssertionError") and not em.group("msg") and tb is not None and len(tb) >= 2 \
+            if exc.endswith("AssertionError") and not (em.group("msg") or em.group("repr")) and tb is not None and len(tb) >= 2 \
                     and tb[-2][1].startswith("assert "):
                 text_c = f"{body_s}: {tb[-2][1]}"  # an assert without a message: its statement says what failed
             self._set_cause(line, proc, text_c, None, exc, "unknown", {}, tb)
@@ -334,7 +357,7 @@ class StartupTracker:
         the literal is the message raised there. Read only when it is a catalogued cause (the text is
         vLLM's own, not a guess) and nothing but the literal's continuation follows in that traceback."""
         for proc, tb in reversed(self._tb.items()):
-            if self._tb_level.get(proc) in ("INFO", "DEBUG", "WARNING", "WARN"):
+            if self._tb_level.get(proc) in ("INFO", "DEBUG", "WARNING", "WARN", "IGNORED"):
                 continue
             entries = list(tb)
             for i in range(len(entries) - 1, max(-1, len(entries) - 6), -1):
@@ -381,7 +404,7 @@ class StartupTracker:
     def _failing_tracebacks(self) -> list[tuple[str | None, int]]:
         """Tracebacks still open (no exception line yet) that were not logged at WARNING or below."""
         return [(p, q[0][0]) for p, q in self._tb.items()
-                if q and self._tb_level.get(p) not in ("INFO", "DEBUG", "WARNING", "WARN")]
+                if q and self._tb_level.get(p) not in ("INFO", "DEBUG", "WARNING", "WARN", "IGNORED")]
 
     def _add_echo(self, line: Line, proc: str | None, text: str) -> None:
         self.echo_count += 1
