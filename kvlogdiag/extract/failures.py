@@ -37,6 +37,7 @@ _HEAD = re.compile("^" + _HEAD_RX)
 # third process prefix, a timestamp): vLLM's level + date + source form is specific enough to find anywhere
 _HEAD_ANY = re.compile(r"(?<![\w.])" + _HEAD_RX)
 HEAD_WINDOW = 240
+_PREFIXES = re.compile(r"^(?:\((?:[^()]{1,80}?) pid=\d+[^()]{0,60}\)\s*)+")
 _UVICORN = re.compile(r"^(?P<level>ERROR|CRITICAL|INFO|WARNING):\s+")
 _EXC = re.compile(r"^(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Failure|Fault|Interrupt)"
                   # a module-qualified exception of any name (huggingface_hub.utils._http.OfflineModeIsEnabled)
@@ -60,7 +61,11 @@ _RUNTIME_FRAME = re.compile(r'^File "[^"]*", line \d+,? in (?:run_engine_loop|en
                             # serving_*.py), LLM.generate of an offline program
                             r'_handle_client_request|get_output_async|output_handler|create_chat_completion|'
                             r'create_completion|chat_completion_stream_generator|completion_stream_generator|'
-                            r'generate)\b')
+                            r'generate|'
+                            # sleep mode: an engine woken up or put to sleep had started (LLM.wake_up/sleep)
+                            r'wake_up|sleep)\b'
+                            # a program's call on an LLM that was constructed (entrypoints/llm.py)
+                            r'|^File "[^"]*entrypoints/llm\.py", line \d+,? in (?:collective_rpc|chat|encode|embed|score|classify|reward)\b')
 # lines only a server that finished starting prints: the engine core was constructed and entered its busy
 # loop (vllm 0.11.2 vllm/v1/engine/core.py:835-845 `run_engine_core`: "EngineCore failed to start." while
 # `engine_core is None`, "EngineCore encountered a fatal error." after), and the API server's output
@@ -112,6 +117,9 @@ def split_level(text: str) -> tuple[str | None, str]:
     m = _PYLOG.match(text)
     if m:
         return m.group("level"), text[m.end():]
+    m = _PREFIXES.match(text)
+    if m:  # process prefixes the reader left (names it does not know, a relay's chain) before a bare line
+        return split_level(text[m.end():])
     return None, text
 
 
@@ -324,9 +332,15 @@ class StartupTracker:
             if exc.endswith("KeyboardInterrupt") or exc.endswith("SystemExit"):
                 return
             text_c = body_s
-            if exc.endswith("AssertionError") and not (em.group("msg") or em.group("repr")) and tb is not None and len(tb) >= 2 \
-                    and tb[-2][1].startswith("assert "):
-                text_c = f"{body_s}: {tb[-2][1]}"  # an assert without a message: its statement says what failed
+            if not (em.group("msg") or em.group("repr")) and tb is not None and len(tb) >= 2:
+                # an exception without a message (a bare assert, `raise NotImplementedError`): the statement
+                # and the frame it was raised in say what failed
+                src = tb[-2][1]
+                frame = next((t for _, t in reversed(list(tb)[:-1]) if _FRAME.match(t)), None)
+                if src.startswith("assert "):
+                    text_c = f"{body_s}: {src}" + (f" ({frame})" if frame else "")
+                elif frame:
+                    text_c = f"{body_s}, raised at {frame}" + (f": {src}" if src != frame else "")
             self._set_cause(line, proc, text_c, None, exc, "unknown", {}, tb)
             if len(line.raw) >= 60:
                 self._join_from = line.number
@@ -334,11 +348,13 @@ class StartupTracker:
                 and not (exc.endswith("KeyboardInterrupt") or exc.endswith("SystemExit")):
             # no evidence it is log output: the cause only if nothing better shows (a one-line paste)
             self._bare = self._candidate(line, proc, body_s, None, exc, "unknown", {}, None)
+            if len(line.raw) >= 60:
+                self._join_from = line.number
 
     def _try_join(self, line: Line, level: str | None, body: str) -> bool:
         """A cause line cut by a terminal's hard wrap: when this next line has no record head of its own
         and the two together state a catalogued cause, the cause is the joined text."""
-        c = self.cause
+        c = self.cause or self._bare
         if c is None or c.match is not None or level is not None or not body or _FRAME.match(body) \
                 or _PID.match(line.raw) or len(line.raw) > len(c.raw):
             return False
@@ -360,6 +376,21 @@ class StartupTracker:
             if self._tb_level.get(proc) in ("INFO", "DEBUG", "WARNING", "WARN", "IGNORED"):
                 continue
             entries = list(tb)
+            # the traceback ends at an assert statement of its innermost frame (then at most the line the paste
+            # is cut in, e.g. a closing code fence): that assert failed; the statement is all it says
+            k = next((j for j in (len(entries) - 1, len(entries) - 2) if j >= 1 and entries[j][1].startswith("assert ")
+                      and _FRAME.match(entries[j - 1][1])), None)
+            if k is not None and not any(_FRAME.match(t) or _EXC.match(t) for _, t in entries[k + 1:]):
+                entries = entries[:k + 1]
+                number, text = entries[-1]
+                cand = _Candidate.__new__(_Candidate)
+                cand.line, cand.process, cand.rank, cand.text, cand.raw = number, proc, None, f"{text} ({entries[-2][1]})", text
+                cand.match, cand.exception, cand.generic_class = None, "AssertionError", "unknown"
+                cand.details = {"from_raise_statement": "the excerpt ends right after this assert statement of the "
+                                                        "innermost frame: its exception line is cut"}
+                cand.traceback = [t for _, t in entries][-6:]
+                cand.frames = [t for _, t in reversed(entries) if _FRAME.match(t)]
+                return cand
             for i in range(len(entries) - 1, max(-1, len(entries) - 6), -1):
                 number, text = entries[i]
                 rm = _RAISE.match(text)
