@@ -22,16 +22,6 @@ CASES = [
     ("rocm-smi banner", "============================ ROCm System Management Interface ============================", "rocm", "log"),
     ("rocm-smi card", "GPU[0]\t\t: Card series: \t\tAMD Instinct MI300X", "rocm", "log"),
     ("collect_env", "GPU 0: NVIDIA GeForce RTX 4090", "cuda", "log"),
-    ("prose data-centre", "I am running this on 8x H100 80GB", "cuda", "prose"),
-    ("prose consumer", "My card is an RTX 3090", "cuda", "prose"),
-    ("prose AMD", "Hardware: 8 x AMD Instinct MI300X", "rocm", "prose"),
-    ("prose Ascend", "Running on Atlas 800T A2 with Ascend910B4", "npu", "prose"),
-    ("prose Ascend 310", "an Ascend 310P3 card", "npu", "prose"),
-    ("prose Gaudi", "Hardware: Intel Gaudi 2 (HL-225)", "hpu", "prose"),
-    ("prose Arc", "GPU: Intel(R) Arc(TM) A770 Graphics", "xpu", "prose"),
-    ("prose Max", "on an Intel(R) Data Center GPU Max 1550", "xpu", "prose"),
-    ("prose TPU", "Running on a TPU v5e-8 (v5litepod-8)", "tpu", "prose"),
-    ("short model with GPU", "I use a T4 GPU", "cuda", "prose"),
     ("env CUDA", "CUDA_VISIBLE_DEVICES=0,1 vllm serve Qwen/Qwen2.5-7B", "cuda", "command"),
     ("env Ascend", "export ASCEND_RT_VISIBLE_DEVICES=0,1,2,3", "npu", "command"),
     ("env HIP", "HIP_VISIBLE_DEVICES=0 vllm serve Qwen/Qwen2.5-7B", "rocm", "command"),
@@ -68,6 +58,28 @@ def test_evidence_kind(what, line, platform, kind, analyze_text):
     "see docs/install.md for vx.x.x",
 ])
 def test_no_evidence_no_platform(line, analyze_text):
+    a = analyze_text(line + "\n" + TAIL)
+    assert a["vllm"]["platform"] is None and "vllm.platform" not in a["provenance"]
+
+
+# a device the reporter names in prose: recognised (the table knows it) but it does not set the platform
+PROSE = [
+    ("prose data-centre", "I am running this on 8x H100 80GB", "cuda"),
+    ("prose consumer", "My card is an RTX 3090", "cuda"),
+    ("prose AMD", "Hardware: 8 x AMD Instinct MI300X", "rocm"),
+    ("prose Ascend", "Running on Atlas 800T A2 with Ascend910B4", "npu"),
+    ("prose Ascend 310", "an Ascend 310P3 card", "npu"),
+    ("prose Gaudi", "Hardware: Intel Gaudi 2 (HL-225)", "hpu"),
+    ("prose Arc", "GPU: Intel(R) Arc(TM) A770 Graphics", "xpu"),
+    ("prose Max", "on an Intel(R) Data Center GPU Max 1550", "xpu"),
+    ("prose TPU", "Running on a TPU v5e-8 (v5litepod-8)", "tpu"),
+    ("short model with GPU", "I use a T4 GPU", "cuda"),
+]
+
+
+@pytest.mark.parametrize("what, line, platform", PROSE, ids=[c[0] for c in PROSE])
+def test_a_device_named_in_prose_is_recognised_but_does_not_set_the_platform(what, line, platform, analyze_text):
+    assert platform in {e.platform for e in evidence(line)}
     a = analyze_text(line + "\n" + TAIL)
     assert a["vllm"]["platform"] is None and "vllm.platform" not in a["provenance"]
 
