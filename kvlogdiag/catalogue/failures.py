@@ -43,7 +43,7 @@ EXTRA_KEYWORDS = ("ERROR", "Error", "error:", "Exception", "Traceback", "Killed"
                   "validation error for", "Application startup complete", "Uvicorn running on",
                   "Avg prompt throughput", 'File "', "fatal signal", "See stack trace",
                   # the statement above a bare AssertionError says what failed
-                  "assert ")
+                  "assert ", "already dead", "Value error, ")
 
 
 @dataclass(frozen=True)

@@ -75,7 +75,11 @@ _RUNTIME_MARKERS = ("EngineCore encountered a fatal error", "AsyncLLM output_han
                     "engine_core.run_busy_loop()",
                     # raised by the engine-core client for an engine that died while running
                     # (vllm 0.11.2 vllm/v1/engine/core_client.py:418, :558; async_llm.py:276)
-                    "EngineDeadError")
+                    "EngineDeadError",
+                    # V0's API server after the engine died while handling a request (entrypoints/launcher.py)
+                    "MQLLMEngine is already dead",
+                    # a chat template rendered for a request (entrypoints/chat_utils.py, per request)
+                    "while applying chat template")
 # ... and lines about a request (an id the OpenAI server gives it, "for request <id>"), or the engine core
 # failing a utility call (vllm 0.11.2 vllm/v1/engine/core.py:918 "Invocation of %s method failed")
 _RUNTIME_LINE = re.compile(r"\b(?:chatcmpl|cmpl|embd)-[0-9a-f]{8}|\bfor request (?:chatcmpl|cmpl|[\w-]{12,})|\bInvocation of \w+ method failed"
@@ -318,6 +322,9 @@ class StartupTracker:
         if echo:
             return
         pm = _PYDANTIC_ITEM.match(body_s)
+        if pm and pm.group("value_error") and not self._validation and self._bare is None:
+            # pydantic's "Value error, ..." item whose "N validation error for X" header is not in the excerpt
+            self._bare = self._candidate(line, proc, pm.group("value_error").strip(), None, "ValidationError", "config", {}, None)
         if pm and (proc in self._validation or None in self._validation):
             config = self._validation.get(proc) or self._validation.get(None)
             msg = pm.group("value_error") or pm.group("item")
@@ -344,6 +351,11 @@ class StartupTracker:
             self._set_cause(line, proc, text_c, None, exc, "unknown", {}, tb)
             if len(line.raw) >= 60:
                 self._join_from = line.number
+        elif em is None and self._bare is None and not code_line and level in (None, "ERROR") and 24 <= len(body_s) <= 600 \
+                and death is None \
+                and body_s[:1].isupper() and harvested_source(body_s) is not None:
+            # the message of one of vLLM's raises printed without its exception name (a print, a relay)
+            self._bare = self._candidate(line, proc, body_s, None, None, "unknown", {}, None)
         elif em and exc and not _WARNING_EXC.search(exc) and not vm and self._bare is None \
                 and not (exc.endswith("KeyboardInterrupt") or exc.endswith("SystemExit")):
             # no evidence it is log output: the cause only if nothing better shows (a one-line paste)
@@ -507,8 +519,11 @@ class StartupTracker:
             else:
                 src = harvested_source(c.text)
                 cls = c.generic_class
-                if cls == "unknown":
-                    cls = self.cat.class_hint(c.text, c.frames) or cls
+                if cls in ("unknown", "config"):
+                    hint = self.cat.class_hint(c.text, c.frames)
+                    # a pydantic validation error stays config unless its words name a narrower class outright
+                    cls = hint or cls if cls == "unknown" else (hint if hint in ("quant", "dtype", "parallel", "arch")
+                                                                and c.exception == "ValidationError" else cls)
                 if src is not None:
                     out["raised_in"] = {"file": src[0]["f"], "versions": f"{src[0]['first']}-{src[0]['last']}",
                                         "exception": src[0]["e"]}
