@@ -91,3 +91,12 @@ def test_every_documented_name_is_filled():
     n = DeploymentNode("x", kv_role="kv_consumer")
     assert set(node_values(n, Workload(100, 10))) == set(NODE_NAMES)
     assert set(deployment_values([n], Workload())) == set(DEPLOYMENT_NAMES)
+
+
+def test_explain_finds_a_deployment_rule():
+    from click.testing import CliRunner
+
+    from kvlogdiag.cli.main import cli
+    res = CliRunner().invoke(cli, ["explain", "KVD107"])
+    assert res.exit_code == 0 and res.stdout.startswith("KVD107 offload-roles-across-nodes")
+    assert "Scope: one" in res.stdout and "Why it matters" in res.stdout

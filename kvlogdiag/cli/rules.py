@@ -9,6 +9,7 @@ from tabulate import tabulate
 
 from kvlogdiag.catalogue.patterns import catalogue, catalogue_markdown
 from kvlogdiag.cli.exit import ExitCode
+from kvlogdiag.rules.deployment_rules import load_deployment_rules
 from kvlogdiag.rules.engine import SEVERITY_RANK, RuleSet, load_rules, namespace_markdown, rule_namespace_markdown
 
 
@@ -37,6 +38,11 @@ def explain(code: str, rule_dirs: tuple[str, ...]) -> ExitCode:
 
     CODE is a code, a name, or a code prefix shared by exactly one rule (an exact code wins).
     """
+    s = code.strip()
+    for r in load_deployment_rules(rule_dirs).rules:  # KVD1xx: rules over a whole deployment
+        if r.code == s.upper() or r.name == s.lower():
+            click.echo(rule_text(r), nl=False)
+            return ExitCode.OK
     click.echo(rule_text(load_rules(rule_dirs).lookup(code)), nl=False)
     return ExitCode.OK
 
@@ -79,7 +85,9 @@ def rule_text(r) -> str:
     if r.params:
         lines += ["", "Thresholds (override in kvlogdiag.toml under [params." + r.code + "])"]
         lines += [f"  {k} = {v}" for k, v in r.params.items()]
-    if r.applies_to:
+    if getattr(r, "scope", None):
+        lines += ["", f"Scope: one {r.scope} of a deployment (kvlogdiag deployment)"]
+    if getattr(r, "applies_to", None):
         lines += ["", "Applies to: " + "; ".join(f"{k} {v}" for k, v in r.applies_to.items())]
     if r.references:
         lines += ["", "References"] + [f"  {u}" for u in r.references]
