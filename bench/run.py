@@ -292,12 +292,16 @@ def watch_latency() -> float | None:
     try:
         p.stdin.write(("\n".join(head[:kv]) + "\n").encode())
         p.stdin.flush()
-        deadline = time.perf_counter() + 2.0
-        while time.perf_counter() < deadline:  # let it read the start-up; drop what it says about it
+        # let it read the start-up and drop what it says about it: quiet for 0.3 s, and at least 1.5 s after
+        # the start — the first analysis (imports, catalogues) of a fresh process must not be timed as the
+        # latency of a KV line, which a real server prints tens of seconds after watch started
+        started = time.perf_counter()
+        deadline = started + 4.0
+        while time.perf_counter() < deadline:
             if select.select([p.stderr], [], [], 0.3)[0]:
                 if not os.read(p.stderr.fileno(), 1 << 16):
                     return None
-            else:
+            elif time.perf_counter() - started >= 1.5:
                 break
         t0 = time.perf_counter()
         p.stdin.write((head[kv] + "\n").encode())
