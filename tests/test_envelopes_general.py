@@ -364,3 +364,22 @@ def test_one_custom_named_container_stays_one_analysis(tmp_path):
     path.write_text("\n".join(rows) + "\n")
     results = Analyzer().analyze_source_split(str(path))
     assert [r.container for r in results] == ["vllm"]
+
+
+def test_scan_gives_rows_per_container_never_merged(tmp_path):
+    from kvlogdiag.modes.scan import analyze_file
+
+    la = _lines(ROOT / "sample_logs" / "v1_tp4_workers.log")
+    lb = _lines(ROOT / "sample_logs" / "v0_063_single_gpu.log")
+    out = []
+    for x, y in itertools.zip_longest(la, lb):
+        if x:
+            out.append(f"vllm-a-1  | {x}")
+        if y:
+            out.append(f"vllm-b-1  | {y}")
+    path = tmp_path / "compose.log"
+    path.write_text("\n".join(out) + "\n", encoding="utf-8")
+    rows = analyze_file(Analyzer(), str(path), str(path), 1 << 30)
+    assert [(r["container"], r["vllm_version"]) for r in rows] == [("vllm-a-1", "0.10.2"), ("vllm-b-1", "0.6.3.post1")]
+    single = analyze_file(Analyzer(), "x", str(ROOT / "sample_logs" / "v1_tp4_workers.log"), 1 << 30)
+    assert [r["container"] for r in single] == [None]

@@ -38,11 +38,11 @@ DEFAULT_INCLUDE = ("*.log*", "*.out*", "*.txt*", "*.gz", "*.zst", "*.xz", "*.bz2
 HEAD_BYTES = 64 << 10
 STATE_FORMAT = "kvlogdiag-scan-state"
 STATE_VERSION = 1
-ROW_SCHEMA = 3  # bump when the row columns change: old state rows are then re-computed
+ROW_SCHEMA = 4  # bump when the row columns change: old state rows are then re-computed
 CHECKPOINT_S = 10.0  # --state: write progress this often during a long scan
 
 COLUMNS = (
-    "source", "host", "pod", "runs", "run", "run_first_line", "run_last_line", "lines_read", "vllm_version", "engine", "platform", "model",
+    "source", "host", "pod", "container", "runs", "run", "run_first_line", "run_last_line", "lines_read", "vllm_version", "engine", "platform", "model",
     "tp", "pp", "dp", "max_model_len", "block_size", "gpu_memory_utilization", "kv_cache_dtype",
     "available_gib_min", "tokens_min", "bytes_per_token", "max_concurrency_min", "error_kinds",
     "startup_failed", "cause_class",
@@ -377,10 +377,11 @@ def _init_worker(options, max_bytes: int) -> None:
 
 
 def analyze_file(analyzer, source: str, path: str, max_bytes: int) -> list[dict[str, Any]]:
-    """One file → one row per run; never raises for a bad input (one row whose ``error`` says why)."""
+    """One file → one row per run (per container of an interleaved multi-container log, each its own
+    analysis); never raises for a bad input (one row whose ``error`` says why)."""
 
     try:
-        a = analyzer.analyze_source(path, max_bytes)
+        parts = analyzer.analyze_source_split(path, max_bytes)
     except InputError as exc:
         msg = str(exc)
         if msg.startswith(path + ": "):
@@ -392,7 +393,12 @@ def analyze_file(analyzer, source: str, path: str, max_bytes: int) -> list[dict[
         return [empty_row(source, "out of memory while reading")]
     except Exception as exc:  # noqa: BLE001 - one bad file must not stop an archive scan
         return [empty_row(source, f"internal error: {type(exc).__name__}: {exc}")]
-    rows = [row_from_analysis(source, run) for run in a.runs]
+    rows = []
+    for a in parts:
+        for run in a.runs:
+            row = row_from_analysis(source, run)
+            row["container"] = a.container
+            rows.append(row)
     host = None
     for row in rows:
         if row["host"] is None:
