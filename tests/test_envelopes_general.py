@@ -383,3 +383,18 @@ def test_scan_gives_rows_per_container_never_merged(tmp_path):
     assert [(r["container"], r["vllm_version"]) for r in rows] == [("vllm-a-1", "0.10.2"), ("vllm-b-1", "0.6.3.post1")]
     single = analyze_file(Analyzer(), "x", str(ROOT / "sample_logs" / "v1_tp4_workers.log"), 1 << 30)
     assert [r["container"] for r in single] == [None]
+
+
+def test_report_of_a_multi_container_log_names_the_container(tmp_path):
+    from click.testing import CliRunner
+
+    la = _lines(ROOT / "sample_logs" / "v1_tp4_workers.log")
+    lb = _lines(ROOT / "sample_logs" / "v0_063_single_gpu.log")
+    path = tmp_path / "c.log"
+    path.write_text("\n".join([f"a-1  | {x}" for x in la if x] + [f"b-1  | {y}" for y in lb if y]) + "\n")
+    res = CliRunner().invoke(cli, ["report", str(path)])
+    assert res.exit_code == 2 and "interleaves 2 containers (a-1, b-1)" in res.output and "--container" in res.output
+    res = CliRunner().invoke(cli, ["report", "--container", "b-1", str(path)])
+    assert res.exit_code in (0, 1) and "0.6.3.post1" in res.output and "0.10.2" not in res.output
+    res = CliRunner().invoke(cli, ["report", "--container", "zz", str(path)])
+    assert res.exit_code == 2 and "no container 'zz'" in res.output

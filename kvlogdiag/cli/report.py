@@ -35,9 +35,11 @@ def _check_run(ctx: click.Context, param: click.Parameter, value: str) -> str:
               help=RUN_HELP)
 @click.option("--max-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_BYTES, show_default=True,
               help="Stop reading after this many (decompressed) bytes.")
+@click.option("--container", default=None, metavar="NAME",
+              help="Of an interleaved multi-container log (docker compose logs), the container to report.")
 @rule_options
 def report(source: str | None, clipboard: bool, fmt: str, output: str | None, redact: bool, run: str, max_bytes: int,
-           **kw: Any) -> ExitCode:
+           container: str | None = None, **kw: Any) -> ExitCode:
     """Turn one log (FILE, - or a paste on stdin, or --clipboard) into a report for an issue.
 
     \b
@@ -52,7 +54,7 @@ def report(source: str | None, clipboard: bool, fmt: str, output: str | None, re
     analyzer = build_analyzer(kw)
     opts = analyzer.options
     try:
-        result = read_input(analyzer, source, clipboard, max_bytes, lambda msg: click.echo(msg, err=True))
+        result = read_input(analyzer, source, clipboard, max_bytes, lambda msg: click.echo(msg, err=True), container)
         text, shown = make_report(result, run, fmt, redact, opts.min_severity)
     except (InputError, ReportError, RuleLoadError) as exc:  # RuleLoadError: --strict-rules
         err(str(exc))

@@ -787,19 +787,33 @@ class ReportError(KvlogdiagError):
 
 
 def read_input(analyzer: Analyzer, source: str | None, clipboard: bool, max_bytes: int,
-               hint: Callable[[str], None]) -> InputAnalysis:
-    """Read and analyse the log; ``hint`` gets the paste prompt when stdin is a terminal.
-    Raises `InputError` (unreadable input) or `ReportError` (empty input)."""
+               hint: Callable[[str], None], container: str | None = None) -> InputAnalysis:
+    """Read and analyse the log; ``hint`` gets the paste prompt when stdin is a terminal. An interleaved
+    multi-container log (``docker compose logs``) is reported one container at a time: ``container``
+    names it. Raises `InputError` (unreadable input) or `ReportError` (empty input, a multi-container
+    log without ``container``, an unknown container)."""
     fh = None
     try:
         name, fh = _open(source, clipboard, max_bytes, hint)
-        result = analyzer.analyze_stream(fh, name)
+        parts = analyzer.analyze_stream_split(fh, name)
     finally:
         if fh is not None:
             try:
                 fh.close()
             except Exception:  # noqa: BLE001 - closing a broken stream must not hide the real error
                 pass
+    names = [p.container for p in parts]
+    if container is not None:
+        if container not in names:
+            raise ReportError(f"{name}: no container {container!r}" + (f" (it has: {', '.join(str(n) for n in names)})"
+                                                                       if any(names) else " (a log of one server)"))
+        result = parts[names.index(container)]
+    elif len(parts) > 1:
+        # never one report of several servers, never one of them silently: the reader picks
+        raise ReportError(f"{name} interleaves {len(parts)} containers ({', '.join(str(n) for n in names)}): "
+                          "pass --container NAME for the one to report")
+    else:
+        result = parts[0]
     if result.current.lines_read == 0:
         raise ReportError(f"{name}: empty input, nothing to report" + (" (paste the log, then Ctrl-D)" if name == "stdin" else ""))
     return result
