@@ -398,3 +398,14 @@ def test_report_of_a_multi_container_log_names_the_container(tmp_path):
     assert res.exit_code in (0, 1) and "0.6.3.post1" in res.output and "0.10.2" not in res.output
     res = CliRunner().invoke(cli, ["report", "--container", "zz", str(path)])
     assert res.exit_code == 2 and "no container 'zz'" in res.output
+
+
+def test_estimate_refuses_a_multi_container_log(tmp_path):
+    from kvlogdiag.modes.estimate import EstimateError, read_log
+
+    la = _lines(ROOT / "sample_logs" / "v1_tp4_workers.log")
+    lb = _lines(ROOT / "sample_logs" / "v0_063_single_gpu.log")
+    path = tmp_path / "c.log"
+    path.write_text("\n".join([f"a-1  | {x}" for x in la if x] + [f"b-1  | {y}" for y in lb if y]) + "\n")
+    with pytest.raises(EstimateError, match="interleaves 2 containers"):
+        read_log(str(path))

@@ -234,7 +234,12 @@ def read_log(path: str, run: str = "last", max_bytes: int = DEFAULT_MAX_BYTES) -
     Figures only, no rules. Raises `InputError` (unreadable) or `EstimateError` (no such run, ``all``)."""
     if run == "all":
         raise EstimateError("--run all: an estimate sizes one server start; use last, first or a run number")
-    result = Analyzer(rules=RuleSet()).analyze_source(path, max_bytes)  # no rules: the figures, not findings
+    parts = Analyzer(rules=RuleSet()).analyze_source_split(path, max_bytes)  # no rules: the figures, not findings
+    if len(parts) > 1:
+        # one estimate sizes one server: never figures mixed from, or silently taken from one of, several
+        raise EstimateError(f"{path} interleaves {len(parts)} containers ({', '.join(str(p.container) for p in parts)}): "
+                            "an estimate sizes one server; split the log per container (e.g. docker compose logs NAME)")
+    result = parts[0]
     try:
         return LogData(result.select(run)[0], path)
     except IndexError as exc:
