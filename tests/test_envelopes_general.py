@@ -409,3 +409,27 @@ def test_estimate_refuses_a_multi_container_log(tmp_path):
     path.write_text("\n".join([f"a-1  | {x}" for x in la if x] + [f"b-1  | {y}" for y in lb if y]) + "\n")
     with pytest.raises(EstimateError, match="interleaves 2 containers"):
         read_log(str(path))
+
+
+def test_watch_analyses_one_container_and_says_so(tmp_path):
+    import subprocess
+    import sys
+
+    la = _lines(ROOT / "sample_logs" / "v1_tp4_workers.log")
+    lb = _lines(ROOT / "sample_logs" / "v0_063_single_gpu.log")
+    out = []
+    for x, y in itertools.zip_longest(la, lb):
+        if x:
+            out.append(f"vllm-a-1  | {x}")
+        if y:
+            out.append(f"vllm-b-1  | {y}")
+    data = ("\n".join(out) + "\n").encode()
+    res = subprocess.run([sys.executable, "-m", "kvlogdiag", "watch", "--format", "json"], input=data,
+                         capture_output=True, timeout=300, cwd=ROOT)
+    assert res.stdout == data  # every byte passes through
+    events = [json.loads(x) for x in res.stderr.decode().splitlines() if x.startswith("{")]
+    notes = [e for e in events if e.get("event") == "note" and "another container (vllm-b-1)" in e.get("message", "")]
+    assert len(notes) == 1
+    summaries = [e for e in events if e.get("event") == "summary"]
+    assert summaries and all(e["vllm"]["version"] == "0.10.2" and e["runs"] == 1 for e in summaries)
+    assert summaries[-1]["config"]["model"] == "meta-llama/Llama-3.1-70B-Instruct"  # vllm-a-1's, not merged

@@ -392,6 +392,10 @@ class Watcher:
         self.run_lines = 0  # lines fed since the extractor's current run began
         self.startup_seen = False
         self.started_runs: set[int] = set()
+        # an interleaved multi-container input (docker compose logs): the container analysed (the first
+        # named), and the others seen — their lines pass through but are never merged into its analysis
+        self.container: str | None = None
+        self.other_containers: set[str] = set()
         self.analysis: Analysis | None = None  # the current run's latest evaluation
         self.figures_key: tuple | None = None
         self.rates: dict[str, _Rate] = {}  # rule code → rate state, current run
@@ -480,6 +484,17 @@ class Watcher:
             self._feed(line)
 
     def _feed(self, line: Line) -> None:
+        name = line.meta.get("container") if line.meta else None
+        if name is not None:
+            if self.container is None:
+                self.container = name
+            elif name != self.container:
+                if name not in self.other_containers:
+                    self.other_containers.add(name)
+                    self.note(f"the input interleaves another container ({name}); watch analyses one server, "
+                              f"{self.container}: the other's lines pass through unanalysed (run one watch per "
+                              "container, e.g. docker compose logs -f NAME)")
+                return
         runs = self.session.runs
         before = len(runs)
         self.session.feed(line)
