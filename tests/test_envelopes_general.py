@@ -366,19 +366,22 @@ def test_one_custom_named_container_stays_one_analysis(tmp_path):
     assert [r.container for r in results] == ["vllm"]
 
 
+def _two_servers(names: tuple[str, str] = ("vllm-a-1", "vllm-b-1"), interleave: bool = True) -> str:
+    """A compose-style log of two servers (vLLM 0.10.2 TP4 and 0.6.3.post1), interleaved or one after the other."""
+    la = _lines(ROOT / "sample_logs" / "v1_tp4_workers.log")
+    lb = _lines(ROOT / "sample_logs" / "v0_063_single_gpu.log")
+    if interleave:
+        out = [f"{n}  | {x}" for pair in itertools.zip_longest(la, lb) for n, x in zip(names, pair) if x]
+    else:
+        out = [f"{names[0]}  | {x}" for x in la if x] + [f"{names[1]}  | {y}" for y in lb if y]
+    return "\n".join(out) + "\n"
+
+
 def test_scan_gives_rows_per_container_never_merged(tmp_path):
     from kvlogdiag.modes.scan import analyze_file
 
-    la = _lines(ROOT / "sample_logs" / "v1_tp4_workers.log")
-    lb = _lines(ROOT / "sample_logs" / "v0_063_single_gpu.log")
-    out = []
-    for x, y in itertools.zip_longest(la, lb):
-        if x:
-            out.append(f"vllm-a-1  | {x}")
-        if y:
-            out.append(f"vllm-b-1  | {y}")
     path = tmp_path / "compose.log"
-    path.write_text("\n".join(out) + "\n", encoding="utf-8")
+    path.write_text(_two_servers(), encoding="utf-8")
     rows = analyze_file(Analyzer(), str(path), str(path), 1 << 30)
     assert [(r["container"], r["vllm_version"]) for r in rows] == [("vllm-a-1", "0.10.2"), ("vllm-b-1", "0.6.3.post1")]
     single = analyze_file(Analyzer(), "x", str(ROOT / "sample_logs" / "v1_tp4_workers.log"), 1 << 30)
@@ -388,10 +391,8 @@ def test_scan_gives_rows_per_container_never_merged(tmp_path):
 def test_report_of_a_multi_container_log_names_the_container(tmp_path):
     from click.testing import CliRunner
 
-    la = _lines(ROOT / "sample_logs" / "v1_tp4_workers.log")
-    lb = _lines(ROOT / "sample_logs" / "v0_063_single_gpu.log")
     path = tmp_path / "c.log"
-    path.write_text("\n".join([f"a-1  | {x}" for x in la if x] + [f"b-1  | {y}" for y in lb if y]) + "\n")
+    path.write_text(_two_servers(("a-1", "b-1"), interleave=False))
     res = CliRunner().invoke(cli, ["report", str(path)])
     assert res.exit_code == 2 and "interleaves 2 containers (a-1, b-1)" in res.output and "--container" in res.output
     res = CliRunner().invoke(cli, ["report", "--container", "b-1", str(path)])
@@ -403,10 +404,8 @@ def test_report_of_a_multi_container_log_names_the_container(tmp_path):
 def test_estimate_refuses_a_multi_container_log(tmp_path):
     from kvlogdiag.modes.estimate import EstimateError, read_log
 
-    la = _lines(ROOT / "sample_logs" / "v1_tp4_workers.log")
-    lb = _lines(ROOT / "sample_logs" / "v0_063_single_gpu.log")
     path = tmp_path / "c.log"
-    path.write_text("\n".join([f"a-1  | {x}" for x in la if x] + [f"b-1  | {y}" for y in lb if y]) + "\n")
+    path.write_text(_two_servers(("a-1", "b-1"), interleave=False))
     with pytest.raises(EstimateError, match="interleaves 2 containers"):
         read_log(str(path))
 
@@ -415,15 +414,7 @@ def test_watch_analyses_one_container_and_says_so(tmp_path):
     import subprocess
     import sys
 
-    la = _lines(ROOT / "sample_logs" / "v1_tp4_workers.log")
-    lb = _lines(ROOT / "sample_logs" / "v0_063_single_gpu.log")
-    out = []
-    for x, y in itertools.zip_longest(la, lb):
-        if x:
-            out.append(f"vllm-a-1  | {x}")
-        if y:
-            out.append(f"vllm-b-1  | {y}")
-    data = ("\n".join(out) + "\n").encode()
+    data = _two_servers().encode()
     res = subprocess.run([sys.executable, "-m", "kvlogdiag", "watch", "--format", "json"], input=data,
                          capture_output=True, timeout=300, cwd=ROOT)
     assert res.stdout == data  # every byte passes through
