@@ -145,22 +145,26 @@ def process_of(line: Line) -> str | None:
 
 
 class _Candidate:
+    """A line that states (or, at a cut, implies) the cause, with the tail and the frames of its traceback."""
+
     __slots__ = ("line", "process", "rank", "text", "raw", "match", "exception", "generic_class", "details", "traceback",
                  "frames")
 
-    def __init__(self, line: Line, process: str | None, text: str, match: FailureMatch | None,
-                 exception: str | None, generic_class: str | None, details: dict, traceback: list[str]):
-        self.line = line.number
+    def __init__(self, number: int, rank: str | None, raw: str, process: str | None, text: str,
+                 match: FailureMatch | None, exception: str | None, generic_class: str | None, details: dict,
+                 tb_lines=None):
+        self.line = number
         self.process = process
-        self.rank = line.rank
+        self.rank = rank
         self.text = text
-        self.raw = line.raw
+        self.raw = raw
         self.match = match
         self.exception = exception
         self.generic_class = generic_class
         self.details = details
-        self.traceback = traceback
-        self.frames: list[str] = []
+        entries = list(tb_lines or ())
+        self.traceback = [t for _, t in entries][-6:]
+        self.frames = [t for _, t in reversed(entries) if _FRAME.match(t)]
 
 
 class StartupTracker:
@@ -395,14 +399,9 @@ class StartupTracker:
             if k is not None and not any(_FRAME.match(t) or _EXC.match(t) for _, t in entries[k + 1:]):
                 entries = entries[:k + 1]
                 number, text = entries[-1]
-                cand = _Candidate.__new__(_Candidate)
-                cand.line, cand.process, cand.rank, cand.text, cand.raw = number, proc, None, f"{text} ({entries[-2][1]})", text
-                cand.match, cand.exception, cand.generic_class = None, "AssertionError", "unknown"
-                cand.details = {"from_raise_statement": "the excerpt ends right after this assert statement of the "
-                                                        "innermost frame: its exception line is cut"}
-                cand.traceback = [t for _, t in entries][-6:]
-                cand.frames = [t for _, t in reversed(entries) if _FRAME.match(t)]
-                return cand
+                return _Candidate(number, None, text, proc, f"{text} ({entries[-2][1]})", None, "AssertionError", "unknown",
+                                  {"from_raise_statement": "the excerpt ends right after this assert statement of the "
+                                                           "innermost frame: its exception line is cut"}, entries)
             for i in range(len(entries) - 1, max(-1, len(entries) - 6), -1):
                 number, text = entries[i]
                 rm = _RAISE.match(text)
@@ -417,14 +416,10 @@ class StartupTracker:
                 m = self.cat.match(msg) if msg and len(rest) <= 1 and not any(_FRAME.match(t) for _, t in rest) else None
                 if m is None:
                     return None
-                cand = _Candidate.__new__(_Candidate)
-                cand.line, cand.process, cand.rank, cand.text, cand.raw = number, proc, None, msg, text
-                cand.match, cand.exception, cand.generic_class = m, rm.group("exc"), None
-                cand.details = {"from_raise_statement": "the excerpt ends right after this raise statement: "
-                                                        "its exception line is cut, the message is the statement's literal"}
-                cand.traceback = [t for _, t in entries][-6:]
-                cand.frames = [t for _, t in reversed(entries) if _FRAME.match(t)]
-                return cand
+                return _Candidate(number, None, text, proc, msg, m, rm.group("exc"), None,
+                                  {"from_raise_statement": "the excerpt ends right after this raise statement: "
+                                                           "its exception line is cut, the message is the statement's literal"},
+                                  entries)
             return None  # only the traceback the excerpt ends in
         return None
 
@@ -464,15 +459,11 @@ class StartupTracker:
 
     def _candidate(self, line: Line, proc: str | None, text: str, m: FailureMatch | None, exc: str | None,
                    generic_class: str | None, details: dict, tb_lines) -> _Candidate:
-        cand = _Candidate(line, proc, text, m, exc, generic_class, details, [t for _, t in (tb_lines or ())][-6:])
-        cand.frames = [t for _, t in reversed(tb_lines or ()) if _FRAME.match(t)]
-        return cand
+        return _Candidate(line.number, line.rank, line.raw, proc, text, m, exc, generic_class, details, tb_lines)
 
     def _set_cause(self, line: Line, proc: str | None, text: str, m: FailureMatch | None,
                    exc: str | None, generic_class: str | None, details: dict, tb_lines=None) -> None:
-        tb = [t for _, t in (tb_lines or ())][-6:]
-        self.cause = _Candidate(line, proc, text, m, exc, generic_class, details, tb)
-        self.cause.frames = [t for _, t in reversed(tb_lines or ()) if _FRAME.match(t)]
+        self.cause = self._candidate(line, proc, text, m, exc, generic_class, details, tb_lines)
         self._bare = None
         if _WRAPPER.search(text):
             self._refine_until = line.number + 5
