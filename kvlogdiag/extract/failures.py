@@ -21,7 +21,7 @@ import re
 from collections import OrderedDict, deque
 from typing import Any, Callable
 
-from kvlogdiag.catalogue.failures import FailureCatalogue, FailureMatch, catalogue, harvested_source
+from kvlogdiag.catalogue.failures import FailureCatalogue, FailureMatch, catalogue, harvested_source, library_source
 from kvlogdiag.input.reader import Line
 
 WINDOW = 40
@@ -520,6 +520,13 @@ class StartupTracker:
                                         "exception": src[0]["e"]}
                     if cls == "unknown" and src[1] is not None:
                         cls = src[1]
+                else:
+                    lib = library_source(c.text)
+                    if lib is not None:
+                        out["raised_in"] = {"file": lib[0]["f"], "versions": f"{lib[0]['first']}-{lib[0]['last']}",
+                                            "exception": lib[0]["e"], "library": lib[0]["p"]}
+                        if cls == "unknown" and lib[1] is not None:
+                            cls = lib[1]
                 out.update(cause_id="config_validation" if c.generic_class == "config" else "uncatalogued",
                            cause_class=cls,
                            fix=("Correct the setting the message names." if cls == "config"
