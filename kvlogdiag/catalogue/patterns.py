@@ -276,6 +276,12 @@ pat("api_server_count_default", ">=0.2x with DP (API server count follows the DP
 pat("using_max_model_len", "0.10-0.17", "Using max model len",
     r"Using max model len (?P<n>\d+)",
     [("(APIServer pid=508613) INFO 03-08 08:22:23 [model.py:1554] Using max model len 4096", {"n": "4096"})])
+# vllm/engine/arg_utils.py:641 (0.10.2 … 0.32): with HF_HUB_OFFLINE the model id is rewritten to its local
+# snapshot path before the engine config is printed; the id is the model the operator asked for
+pat("offline_model_path", "0.10+", "replace model_id [",
+    r"HF_HUB_OFFLINE is True, replace model_id \[(?P<model_id>[^\]\s]+)\] to model_path \[(?P<path>[^\]]+)\]",
+    [("(APIServer pid=964305) INFO 03-09 09:32:06 [arg_utils.py:640] HF_HUB_OFFLINE is True, replace model_id [Qwen/Qwen2.5-3B-Instruct] to model_path [/root/.cache/huggingface/hub/models--Qwen--Qwen2.5-3B-Instruct/snapshots/aa8e7253]",
+      {"model_id": "Qwen/Qwen2.5-3B-Instruct", "path": "/root/.cache/huggingface/hub/models--Qwen--Qwen2.5-3B-Instruct/snapshots/aa8e7253"})])
 pat("fp8_kv_cache", "all", ("fp8 data type to store kv cache", "fp8_ds_mla KV cache format"),
     r"(?P<what>Using fp8 data type to store kv cache|Using DeepSeek's fp8_ds_mla KV cache format)",
     [("INFO 03-18 12:07:03 [cuda.py:300] Using fp8 data type to store kv cache. It reduces the GPU memory footprint", {"what": "Using fp8 data type to store kv cache"})])
