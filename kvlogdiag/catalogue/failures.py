@@ -45,7 +45,9 @@ EXTRA_KEYWORDS = ("ERROR", "Error", "error:", "Exception", "Traceback", "Killed"
                   "validation error for", "Application startup complete", "Uvicorn running on",
                   "Avg prompt throughput", 'File "', "fatal signal", "See stack trace",
                   # the statement above a bare AssertionError says what failed
-                  "assert ", "already dead", "Value error, ")
+                  "assert ", "already dead", "Value error, ",
+                  # a frame whose start a paste cut off (`…/chatglm.py", line 53, in __init__`)
+                  "\", line ")
 
 
 @dataclass(frozen=True)
@@ -235,7 +237,9 @@ _LIBRARY_CLASS_BY_FILE = (
     (re.compile(r"^transformers/(?:tokenization_|models/auto/tokenization_auto)"), "tokenizer"),
     (re.compile(r"^transformers/(?:quantizers/|utils/quantization_config|integrations/(?:bitsandbytes|awq|ggml))"), "quant"),
     # the Auto classes not knowing a model type / configuration class: the catalogue's architecture_not_supported
-    (re.compile(r"^transformers/models/auto/(?:configuration_auto|modeling_auto|auto_factory)"), "arch"),
+    # (configuration_auto is left out: it raises both "does not recognize this architecture" and "Unrecognized
+    # model … Should have a `model_type` key", a model directory without a config)
+    (re.compile(r"^transformers/models/auto/(?:modeling_auto|auto_factory)"), "arch"),
     (re.compile(r"^transformers/(?:configuration_utils|modeling_utils|dynamic_module_utils|utils/hub|safetensors_conversion"
                 r"|feature_extraction_utils|image_processing_|processing_utils"
                 r"|models/auto/(?:feature_extraction_auto|image_processing_auto|processing_auto))"), "model"),
