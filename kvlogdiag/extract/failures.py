@@ -66,7 +66,12 @@ _RUNTIME_FRAME = re.compile(r'^File "[^"]*", line \d+,? in (?:run_engine_loop|en
                             r'wake_up|sleep|'
                             # V0's async engine stepping (vllm 0.10.2 vllm/engine/async_llm_engine.py:261 step_async →
                             # :339 execute_model_async); start-up profiles through the synchronous execute_model
-                            r'step_async|execute_model_async|_driver_execute_model_async)\b'
+                            r'step_async|execute_model_async|_driver_execute_model_async|'
+                            # V1's engine step (vllm 0.10.2 vllm/v1/engine/core.py:262,334)
+                            r'execute_model_with_error_logging)\b'
+                            # V1 workers run execute_model only for a scheduled batch (0.10.2 v1/worker/gpu_worker.py:425
+                            # → gpu_model_runner.py:2000, called from EngineCore.step); start-up uses _dummy_run
+                            r'|^File "[^"]*/vllm/v1/worker/\w+\.py", line \d+,? in execute_model\b'
                             # a program's call on an LLM that was constructed (entrypoints/llm.py)
                             r'|^File "[^"]*entrypoints/llm\.py", line \d+,? in (?:collective_rpc|chat|encode|embed|score|classify|reward)\b')
 # frames of a start-up: the engine / workers being built, the model loaded, the KV cache profiled and
@@ -119,6 +124,9 @@ _WRAPPER = re.compile(r"unhandled cuda error|ncclUnhandledCudaError|unhandled sy
 # a reporter's Markdown emphasis around a pasted line (**_ValueError: ..._**, `ValueError: ...`)
 _MD_OPEN = re.compile(r"^[*_`]{1,3}(?=[A-Za-z])")
 _MD_CLOSE = re.compile(r"(?<=\S)[*_`]{1,3}$")
+# an exception inside backticks anywhere in a line of prose (or a wrapper's message), as text or repr
+_TICKED_EXC = re.compile(r"`[^`]*?(?P<exc_text>(?<![\w.])(?P<name>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception))"
+                         r"(?:: [^`]{8,}|\((?P<q>[\"'])[^`]{8,}(?P=q)\)))`")
 _QUOTED_EXC = re.compile(r"""^["'](?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception): \S""")
 # a traceback frame whose start the paste cut off (`vllm/model_executor/models/x.py", line 53, in __init__`)
 _CUT_FRAME = re.compile(r'^[^"\s]+\.py", line \d+, in \w+$')
@@ -153,11 +161,16 @@ def split_level(text: str) -> tuple[str | None, str]:
     return None, text
 
 
+_TORCH_RANK = re.compile(r"^\[rank(\d+)\]:")
+
+
 def process_of(line: Line) -> str | None:
     """The process a line came from as its prefix names it (``VllmWorker-0 pid=13513``); of nested
     prefixes (``(APIServer pid=1) (EngineCore_DP0 pid=181) (Worker_TP1 pid=189)``, a launcher relaying
     its children's output) the innermost one, the process that printed the line."""
     raw = line.raw
+    if raw.startswith("[rank") and (tm := _TORCH_RANK.match(raw)):
+        return f"rank{tm.group(1)}"  # torch.distributed's own "[rank0]:" prefix on a rank's C++ log lines
     if not (raw.startswith("(") or ") " in raw[:HEAD_WINDOW]):
         return line.rank
     last = None
@@ -394,6 +407,13 @@ class StartupTracker:
             self._set_cause(line, proc, text_c, None, exc, "unknown", {}, tb)
             if len(line.raw) >= 60:
                 self._join_from = line.number
+        elif em is None and self._bare is None and not code_line and level is None and "`" in line.raw \
+                and (tm := _TICKED_EXC.search(line.raw)) is not None:
+            # an error a reporter quotes in a sentence ("I encounter `RuntimeError: No HIP GPUs are available`"):
+            # the cause only if the log itself shows none
+            inner = tm.group("exc_text")
+            self._bare = self._candidate(line, proc, inner, self.cat.match(inner), tm.group("name"), "unknown",
+                                         {"quoted_in_prose": "yes"}, None)
         elif em is None and self._bare is None and not code_line and level in (None, "ERROR") and 24 <= len(body_s) <= 600 \
                 and death is None \
                 and (body_s[:1].isupper() or _PARAM_LEAD.match(body_s)) and harvested_source(body_s) is not None:
