@@ -276,6 +276,12 @@ pat("api_server_count_default", ">=0.2x with DP (API server count follows the DP
 pat("using_max_model_len", "0.10-0.17", "Using max model len",
     r"Using max model len (?P<n>\d+)",
     [("(APIServer pid=508613) INFO 03-08 08:22:23 [model.py:1554] Using max model len 4096", {"n": "4096"})])
+# the tpu-inference plugin's final block size (tpu_inference 0.32.0 platforms/tpu_platform.py:562,
+# update_block_size_for_backend: it keeps cache_config.block_size instead of vLLM's hybrid alignment)
+pat("tpu_block_size", "tpu-inference plugin", "Using cache_config.block_size: ",
+    r"Using cache_config\.block_size: (?P<n>\d+) instead of overriding",
+    [("(EngineCore pid=372) INFO 08-11 02:17:22 [tpu_platform.py:393] Using cache_config.block_size: 64 instead of overriding with _align_hybrid_block_size() since we set mamba_page_size_padded in kv_cache_manager.py",
+      {"n": "64"})])
 # "Starting to load model %s..." with self.model_config.model (0.6.6.post1 worker/model_runner.py, 0.10.2 …
 # 0.32 v1/worker/gpu_model_runner.py / cpu_model_runner.py:68): the model a worker loads, in logs that print
 # no engine config (an offline LLM(...) run, an excerpt)
