@@ -33,6 +33,7 @@ EXPECTED: dict[str, dict[str, str]] = {
     "pd-version-differs": {"KVD110": "warning"},
     "two-producers-no-consumer": {"KVD106": "warning"},
     "declared-prefill-tp8-real-tp4": {"KVD105": "info"},
+    "stats-workload-worked-example": {"KVD108": "info"},  # the workload inferred from its stats lines
 }
 
 
