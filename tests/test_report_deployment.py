@@ -76,6 +76,8 @@ def test_fail_on_and_options_outside_a_deployment(run):
     res = run(f"{SETS}/healthy-1p1d/a3-p0__p0.log", "--avg-output-len", "100")
     assert res.exit_code == 2 and "only for a deployment" in res.output
     assert run("--deployment", "-").exit_code == 2
+    assert run(f"{SETS}/healthy-1p1d", "--run", "first").exit_code == 2
+    assert run(f"{SETS}/healthy-1p1d", "--container", "vllm").exit_code == 2
 
 
 def _copy(src: Path, dst: Path, extra: str = "") -> None:

@@ -59,6 +59,9 @@ def report(sources: tuple[str, ...], clipboard: bool, fmt: str, output: str | No
         if clipboard or "-" in sources or not sources:
             err("a deployment report reads the logs' paths (files, folders, globs), not stdin or the clipboard")
             return ExitCode.ERROR
+        if container is not None or run != "last":
+            err("a deployment report takes each log's current server start: --run and --container do not apply")
+            return ExitCode.ERROR
         return _deployment_report(sources, fmt, output, redact, max_bytes, kw, avg_output_len, group_by, host_ram_gib)
     given = [name for name, v in (("--avg-output-len", avg_output_len), ("--group-by", group_by),
                                   ("--host-ram-gib", host_ram_gib)) if v is not None]
