@@ -78,6 +78,9 @@ def deployment_json(deps: list[Deployment], min_severity: str) -> str:
 def run_deployment(paths: tuple[str, ...], fmt: str, kw: dict[str, Any], avg_output_len: int | None,
                    group_by: str | None, host_ram_gib: float | None, max_bytes: int) -> ExitCode:
     """``deployment`` and ``analyze --deployment``: one grouping, one result, text / json / markdown."""
+    if fmt not in ("text", "json", "markdown"):  # analyze may offer formats of single-log analyses only
+        err(f"--format {fmt}: a deployment prints text, json or markdown")
+        return ExitCode.ERROR
     try:
         deps, analyzer, errors, fatal = load_deployments(paths, kw, avg_output_len, group_by, host_ram_gib, max_bytes)
     except (InputError, RuleLoadError) as exc:
