@@ -132,11 +132,13 @@ def render(n: NodeSpec) -> str:
         out.append(f"(EngineCore_DP{r} pid={n.pid + 200 + i}) INFO {_ts(25)}{engine}")
     for i, r in enumerate(n.dp_ranks):
         for t in range(n.tp):
-            out.append(f"(Worker_DP{r}_TP{t}_EP{r * n.tp + t} pid={n.pid + 400 + i * n.tp + t}) INFO {_ts(37)} "
+            ep = f"_EP{r * n.tp + t}" if n.model == MODEL else ""  # vLLM names the EP rank only with expert parallelism
+            out.append(f"(Worker_DP{r}_TP{t}{ep} pid={n.pid + 400 + i * n.tp + t}) INFO {_ts(37)} "
                        f"[model_runner_v1.py:3796] Loading model weights took {19.64 + 0.0011 * t:.4f} GB")
     for i, r in enumerate(n.dp_ranks):
         gib = n.kv_gib[i % len(n.kv_gib)]
-        out.append(f"(Worker_DP{r}_TP0_EP{r * n.tp} pid={n.pid + 400 + i * n.tp}) INFO {_ts(107)} [worker.py:593] "
+        ep = f"_EP{r * n.tp}" if n.model == MODEL else ""
+        out.append(f"(Worker_DP{r}_TP0{ep} pid={n.pid + 400 + i * n.tp}) INFO {_ts(107)} [worker.py:593] "
                    f"Available KV cache memory: {gib:.2f} GiB")
     for i, r in enumerate(n.dp_ranks):
         gib = n.kv_gib[i % len(n.kv_gib)]
