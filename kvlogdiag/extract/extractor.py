@@ -326,12 +326,15 @@ class Extractor:
     # -- args / config -------------------------------------------------------------------------
 
     def _args_dict(self, d: dict, fact: Fact, source: str) -> None:
+        every = self.facts.launch_args.setdefault(source, {})
         for k, v in d.items():
             if not isinstance(k, str):
                 continue
             key = _ARG_ALIASES.get(k, k)
             if key == "model" and k == "model_tag" and "model" in d:
                 continue
+            if v is not None and not (source in _USER_SOURCES and commands.is_placeholder(v)):
+                every[key] = self._with(fact, unwrap_path(v), source)
             if key in CONFIG_KEYS:
                 v = unwrap_path(v)
                 if isinstance(v, dict) and v.get(CLASS_KEY):
@@ -363,8 +366,10 @@ class Extractor:
         if m.group("version"):
             self.facts.version.append(self._with(fact, m.group("version"), "engine_config"))
         kv = _drop_cut_entry(split_key_values(m.group("body")), line)
+        every = self.facts.launch_args.setdefault("engine_config", {})
         for k, raw in kv.items():
             key = _ARG_ALIASES.get(k, k)
+            every[key] = self._with(fact, scalar(raw), "engine_config")
             if key == "device_config":
                 dev = raw.strip("'\" ")
                 dm = re.search(r"(cuda|npu|cpu|xpu|tpu|hpu|rocm|neuron)", dev)
@@ -901,6 +906,11 @@ class Extractor:
             st.engines.add(int(m.group("engine")))
         if m.group("swapped") is not None:
             self.facts.engine.append(self._with(fact, "v0", "v0_stats")) if not self.facts.engine else None
+        sample: dict[str, float] = {"running": running, "waiting": waiting}
+        for name, group in (("prompt_throughput", "prompt_tps"), ("generation_throughput", "gen_tps")):
+            tput = _float(m.group(group))
+            if tput is not None:
+                sample[name] = tput
         st.running_max = running if st.running_max is None else max(st.running_max, running)
         st.waiting_max = waiting if st.waiting_max is None else max(st.waiting_max, waiting)
         if running or waiting:
@@ -922,16 +932,22 @@ class Extractor:
                     if tm.group("device") == "CPU" and m.group("swapped") is not None:
                         continue  # V0 'CPU KV cache usage' is the swap space, not the KV pool (KVD013)
                     u = usage = float(tm.group("kv_usage"))
+                    sample["kv_usage_pct"] = u
                     peak = st.kv_usage_max
                     st.add_kv_usage(u, fact)
                     if peak is None or u > peak:
                         self._emit("kv_usage_peak", self._with(fact, u))
                 elif tm.group("hit") is not None:
                     st.prefix_hit_last = float(tm.group("hit"))
+                    sample["prefix_cache_hit_pct"] = st.prefix_hit_last
                 elif tm.group("deferred") is not None:
                     deferred = int(tm.group("deferred"))
         if deferred:
             st.deferred_lines += 1
+        # distributions over active lines only: how many idle lines follow a load depends on timing
+        if running or waiting or sample.get("prompt_throughput") or sample.get("generation_throughput"):
+            for name, v in sample.items():
+                st.add_sample(name, v)
         # vLLM >= 0.20 prints Waiting including the Deferred requests (blocked on remote KV, grammar, streamed
         # input: loggers.py), which no step budget could have admitted
         if running == 1 and waiting - deferred > 0:

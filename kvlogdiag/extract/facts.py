@@ -48,6 +48,9 @@ def provenance_kind(source: str) -> str:
     return "log"
 
 
+# the figures of a stats line kept as distributions (StatsSummary.series)
+SERIES = ("prompt_throughput", "generation_throughput", "running", "waiting", "kv_usage_pct", "prefix_cache_hit_pct")
+SERIES_MAX_VALUES = 4096
 KV_USAGE_STEPS = 1000  # histogram resolution: 0.1 % (vLLM prints the usage with one decimal)
 JSON_KV_USAGE_HIGH_PCT = 90.0  # runtime.kv_usage_high_lines of the JSON contract (docs/json-output.md); rules use their own params
 
@@ -106,6 +109,17 @@ class StatsSummary:
     deferred_lines: int = 0  # lines with "Deferred: N reqs" > 0 (blocked waiting requests, vLLM >= 0.20)
     prefix_hit_last: float | None = None
     engines: set = field(default_factory=set)
+    # value → number of active stats lines (running, waiting or throughput > 0), per figure (SERIES): the
+    # distributions ``diff`` compares (p50/p90/max)
+    series: dict[str, dict[float, int]] = field(default_factory=dict)
+
+    def add_sample(self, name: str, value: float) -> None:
+        """Count one stats line's figure; a figure with more than SERIES_MAX_VALUES distinct values is
+        kept to 3 significant digits from then on, so memory stays bounded however long the log."""
+        counts = self.series.setdefault(name, {})
+        if len(counts) >= SERIES_MAX_VALUES:
+            value = float(f"{value:.3g}")
+        counts[value] = counts.get(value, 0) + 1
 
     def add_kv_usage(self, pct: float, fact: Fact) -> None:
         self.kv_usage_samples += 1
@@ -166,6 +180,9 @@ class LogFacts:
     platform: list[Fact] = field(default_factory=list)
     config: dict[str, list[Fact]] = field(default_factory=dict)
     env: dict[str, Fact] = field(default_factory=dict)
+    # every argument as each kind of line stated it, whether kvlogdiag tracks it or not: source
+    # (non_default_args, args_namespace, user_command, ..., engine_config) → argparse dest → Fact
+    launch_args: dict[str, dict[str, Fact]] = field(default_factory=dict)
     available: list[Fact] = field(default_factory=list)  # GiB, "Available KV cache memory"
     kv_budget: list[Fact] = field(default_factory=list)  # value = (source kind, GiB)
     tokens: list[Fact] = field(default_factory=list)
