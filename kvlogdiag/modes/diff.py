@@ -157,7 +157,8 @@ def _setting_changes(before: Analysis, after: Analysis) -> dict[str, Any]:
     if n == 0:
         note = "No setting changed: differences in the figures below come from the load, the machine or chance."
     elif n == 1:
-        note = f"One setting changed ({changed[0]['name']}): under the same load, the differences below are its effect."
+        note = (f"One setting changed ({changed[0]['name']}): under the same load, the differences below can be "
+                "attributed to it (beside run-to-run noise: repeat the pair when they are small).")
     else:
         note = f"{n} settings changed at once: the effect cannot be attributed to one."
     return {"basis": basis, "source_before": src_b, "source_after": src_a, "count": n, "attributable": n == 1,
@@ -345,8 +346,12 @@ def _runtime_rows(doc: dict[str, Any]) -> list[list[str]]:
         rows.append([s["label"], f"{_fmt(b['p50'])} / {_fmt(b['p90'])} / {_fmt(b['max'])}",
                      f"{_fmt(a['p50'])} / {_fmt(a['p90'])} / {_fmt(a['max'])}",
                      f"{_fmt_delta(ch['p50'])} / {_fmt_delta(ch['p90'])} / {_fmt_delta(ch['max'])}"])
-    pre = doc["runtime"]["preemptions"]["preemptions"]
-    rows.append(["preemptions (total)", _fmt(pre["before"]), _fmt(pre["after"]), _fmt_change(pre)])
+    labels = {"stats_preemptions_total": "preemptions (stats lines, total)",
+              "preemptions": "preemption warnings (V0, total)", "recompute_preemptions": "recompute preemptions (vLLM-Ascend)"}
+    for key, label in labels.items():
+        pre = doc["runtime"]["preemptions"][key]
+        if key == "stats_preemptions_total" or pre["before"] or pre["after"]:
+            rows.append([label, _fmt(pre["before"]), _fmt(pre["after"]), _fmt_change(pre)])
     return rows
 
 

@@ -45,7 +45,7 @@ def _dest_flags() -> dict[str, dict[str, Any]]:
         dest = info["dest"]
         prefer = opt == "--" + dest.replace("_", "-")
         if dest not in out or prefer:
-            out[dest] = {"flag": opt, "kind": info.get("kind"), "kinds": set(info.get("kinds", {})) or {info.get("kind")},
+            out[dest] = {"flag": opt, "kind": info.get("kind"), "kinds_by_version": info.get("kinds", {}),
                          "first": info.get("first"), "last": info.get("last")}
     for opt, info in flags.items():
         if info.get("kind") == "store_false" and info["dest"] in out and opt.startswith("--no-"):
@@ -59,8 +59,10 @@ def flag_for(dest: str) -> str:
     return info["flag"] if info else "--" + dest.replace("_", "-")
 
 
-def _flag_exists_in(flag: str, version: str | None) -> bool:
-    """The flag is in the harvested list and, when the version is known, in a release range covering it."""
+def flag_in_release(flag: str, version: str | None) -> bool:
+    """The flag is in the harvested list and not known to be absent from ``version``: not at or before
+    the last harvested release without it yet, and not at or after the harvested release that no
+    longer has it (a version between two harvested releases is given the benefit of the doubt)."""
     info = arg_table()["flags"].get(flag)
     if info is None:
         return False
@@ -68,10 +70,25 @@ def _flag_exists_in(flag: str, version: str | None) -> bool:
     if v is None:
         return True
     first, last = parse_version(info.get("first")), parse_version(info.get("last"))
-    newest = parse_version(arg_table()["versions"][-1])
-    if first is not None and v < first:
+    releases = [x for x in (parse_version(r) for r in arg_table()["versions"]) if x is not None]
+    before = [x for x in releases if first is not None and x < first]  # harvested releases without it yet
+    if before and v <= before[-1]:
         return False
-    return last is None or last == newest or v <= last  # gone after `last` unless `last` is the newest harvested
+    gone = next((x for x in releases if last is not None and x > last), None)
+    return gone is None or v < gone
+
+
+def _kind_in(info: dict[str, Any], version: str | None) -> str | None:
+    """The argparse kind of a flag in (the harvested release nearest below) ``version``."""
+    kinds: dict[str, list[str]] = info.get("kinds_by_version") or {}
+    v = parse_version(version) if version else None
+    if not kinds or v is None:
+        return info.get("kind")
+    pairs = sorted((xv, kind) for kind, versions in kinds.items() for x in versions if (xv := parse_version(x)) is not None)
+    if not pairs:
+        return info.get("kind")
+    below = [kind for xv, kind in pairs if xv <= v]
+    return below[-1] if below else pairs[0][1]  # older than every harvested release: the oldest kind
 
 
 def _json_arg(v: Any) -> Any:
@@ -82,17 +99,17 @@ def _json_arg(v: Any) -> Any:
     return v
 
 
-def _tokens(dest: str, value: Any) -> list[str]:
-    """The command-line words of one argument."""
+def _tokens(dest: str, value: Any, version: str | None) -> list[str]:
+    """The command-line words of one argument, as the log's vLLM release spells it."""
     info = _dest_flags().get(dest, {})
     flag = info.get("flag") or "--" + dest.replace("_", "-")
-    kinds = info.get("kinds", set())
+    kind = _kind_in(info, version) if info else None
     if isinstance(value, bool):
         if value:
             return [flag]
-        if info.get("no"):
+        if info.get("no") and flag_in_release(info["no"], version):
             return [info["no"]]
-        if "bool_optional" in kinds:
+        if kind == "bool_optional":
             return ["--no-" + flag[2:]]
         return []  # a store_true flag left off is false
     if isinstance(value, dict):
@@ -133,6 +150,12 @@ def build_suggestion(a: Analysis) -> dict[str, Any]:
 
     source, args, _lines = launch_arguments(a)
     args = dict(args)
+    if source == "args_namespace":
+        # a Namespace dump holds every argument, defaults included, and argparse's own entries
+        # (subparser, dispatch_function): keep the flags of 'vllm serve' with a value
+        args = {k: v for k, v in args.items()
+                if k in _POSITIONAL or (k in _dest_flags() and v is not None and v != "" and v != [] and v != {}
+                                        and not (isinstance(v, str) and v.startswith("<") and v.endswith(">")))}
     basis = "arguments"
     if source is None:
         basis = "resolved config"
@@ -143,7 +166,7 @@ def build_suggestion(a: Analysis) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     taken: dict[str, dict[str, Any]] = {}
     for s in sorted(a.suggestions, key=lambda s: (_SEVERITY_ORDER.get(s["severity"], 3), s["line"] or 0)):
-        use_env = s["env"] is not None and (s["flag"] is None or s["env"] in env or not _flag_exists_in(s["flag"], version))
+        use_env = s["env"] is not None and (s["flag"] is None or s["env"] in env or not flag_in_release(s["flag"], version))
         if use_env:
             setting, now = s["env"], env.get(s["env"])
         else:
@@ -181,7 +204,7 @@ def build_suggestion(a: Analysis) -> dict[str, Any]:
     for dest, value in new_args.items():
         if dest in _POSITIONAL or value is None:
             continue
-        words += _tokens(dest, value)
+        words += _tokens(dest, value, version)
     env_words = [f"{k}={shlex.quote(str(v))}" for k, v in new_env.items()]
     command = " ".join(env_words + [shlex.quote(w) for w in words])
     covered = {r["rule"] for r in rows} | {c for r in rows for c in r.get("also", [])}
