@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from kvlogdiag.cli.common import build_analyzer, err, report_rule_errors, rule_options
+from kvlogdiag.cli.common import build_analyzer, err, fail_exit, report_rule_errors, rule_options
 from kvlogdiag.cli.exit import ExitCode
 from kvlogdiag.input.reader import DEFAULT_MAX_BYTES, InputError
 from kvlogdiag.modes.diff import DiffError, compare, parse_side, render_markdown, render_text, select_run
@@ -27,7 +27,8 @@ def diff(before: str, after: str, fmt: str, max_bytes: int, **kw: Any) -> ExitCo
     """Compare two server starts: the settings that changed, the KV figures, the stats, the findings.
 
     BEFORE and AFTER are logs, or runs of one log: FILE@N (N = 1 for the first start), FILE@first,
-    FILE@last; a plain FILE is its current (last) start.
+    FILE@last; a plain FILE is its current (last) start. Exit 1 when AFTER has a finding at or above
+    --fail-on (default: error), as analyze.
 
     \b
     kvlogdiag diff baseline.log tuned.log
@@ -54,4 +55,4 @@ def diff(before: str, after: str, fmt: str, max_bytes: int, **kw: Any) -> ExitCo
         click.echo(escape_controls(render_markdown(doc)), nl=False)
     else:
         click.echo(escape_controls(render_text(doc)), nl=False)
-    return ExitCode.OK
+    return fail_exit([sides[1]], analyzer.options.fail_on)  # AFTER is the server as it is now

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from kvlogdiag.cli.common import build_analyzer, err, report_rule_errors, rule_options
+from kvlogdiag.cli.common import build_analyzer, err, fail_exit, report_rule_errors, rule_options
 from kvlogdiag.cli.exit import ExitCode
 from kvlogdiag.input.reader import DEFAULT_MAX_BYTES, InputError
 from kvlogdiag.modes.diff import DiffError, parse_side, select_run
@@ -28,6 +28,7 @@ def suggest(source: str, fmt: str, max_bytes: int, **kw: Any) -> ExitCode:
 
     LOG@N picks a server start of a restarted log (N = 1 for the first); default: the current one.
     --p99-len and --avg-prompt-len give the rules the workload figures the log cannot show.
+    Exit 1 when LOG has a finding at or above --fail-on (default: error), as analyze.
 
     \b
     kvlogdiag suggest server.log
@@ -49,4 +50,4 @@ def suggest(source: str, fmt: str, max_bytes: int, **kw: Any) -> ExitCode:
         click.echo(escape_controls(render_markdown(doc)), nl=False)
     else:
         click.echo(escape_controls(render_text(doc)), nl=False)
-    return ExitCode.OK
+    return fail_exit([a], analyzer.options.fail_on)
