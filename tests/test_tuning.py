@@ -349,3 +349,33 @@ def test_a_good_suggest_table_loads():
     r = load_rule("KVD901-t.toml", _RULE.replace("{suggest}", '{ flag = "--max-model-len", value = "max_model_len / 2", '
                                                  'restart_and_measure = "check {max_model_len:,}" }'))
     assert r.checks[0].suggest is not None and r.checks[0].suggest.value.source == "max_model_len / 2"
+
+
+def test_report_html_has_the_suggested_command_block(tmp_path):
+    out = tmp_path / "r.html"
+    code, _ = run("report", str(SAMPLES / "ascend_dsv4_p_node.log"), "--format", "html", "-o", str(out))
+    text = out.read_text(encoding="utf-8")
+    assert "Suggested command" in text and "VLLM_PREFIX_CACHE_RETENTION_INTERVAL=16384 vllm serve" in text
+
+
+def test_stats_series_stay_bounded():
+    from kvlogdiag.extract.facts import SERIES_MAX_VALUES, StatsSummary
+
+    st = StatsSummary()
+    for i in range(3 * SERIES_MAX_VALUES):
+        st.add_sample("prompt_throughput", 1000.0 + i * 0.1)
+    counts = st.series["prompt_throughput"]
+    assert sum(counts.values()) == 3 * SERIES_MAX_VALUES
+    assert len(counts) < SERIES_MAX_VALUES + 100  # later values kept to 3 significant digits
+
+
+def test_without_an_argument_line_the_resolved_config_is_compared(tmp_path):
+    line = ("(EngineCore pid=1) INFO 12-01 10:21:09 [core.py:133] Initializing a V1 LLM engine (v0.32.0) with config: "
+            "model='/models/m', max_seq_len={mml}, tensor_parallel_size=1, pipeline_parallel_size=1, data_parallel_size=1, "
+            "kv_cache_dtype={dtype}, device_config=cpu\n")
+    a, b = tmp_path / "a.log", tmp_path / "b.log"
+    a.write_text(line.format(mml=2048, dtype="auto"), encoding="utf-8")
+    b.write_text(line.format(mml=4096, dtype="fp8"), encoding="utf-8")
+    s = diff_json(str(a), str(b))["settings"]
+    assert s["basis"] == "resolved config" and s["count"] == 2 and not s["attributable"]
+    assert {c["name"] for c in s["changed"]} == {"max_model_len", "kv_cache_dtype"}
