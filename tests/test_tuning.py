@@ -379,3 +379,13 @@ def test_without_an_argument_line_the_resolved_config_is_compared(tmp_path):
     s = diff_json(str(a), str(b))["settings"]
     assert s["basis"] == "resolved config" and s["count"] == 2 and not s["attributable"]
     assert {c["name"] for c in s["changed"]} == {"max_model_len", "kv_cache_dtype"}
+
+
+def test_budget_suggestion_stays_within_what_vllm_accepts(tmp_path):
+    """vLLM warns above max_num_seqs x max_model_len (vllm 0.32.0 vllm/config/scheduler.py:344-350):
+    2 x the 1,500-token average prompt would be 4,096, capped at 1 x 2,048."""
+    log = tmp_path / "s.log"
+    log.write_text("(APIServer pid=1) INFO 12-01 10:02:25 [api_utils.py:286] non-default args: {'model_tag': '/models/m', "
+                   "'max_model_len': 2048, 'max_num_seqs': 1, 'max_num_batched_tokens': 1024}\n", encoding="utf-8")
+    row = _rows(suggest_json(str(log), "--avg-prompt-len", "1500"))["--max-num-batched-tokens"]
+    assert (row["now"], row["suggested"]) == (1024, 2048)
