@@ -363,10 +363,11 @@ def test_stats_series_stay_bounded():
 
     st = StatsSummary()
     for i in range(3 * SERIES_MAX_VALUES):
-        st.add_sample("prompt_throughput", 1000.0 + i * 0.1)
+        st.add_samples((1000.0 + i * 0.1, None, 1, 0, None, None))
     counts = st.series["prompt_throughput"]
     assert sum(counts.values()) == 3 * SERIES_MAX_VALUES
     assert len(counts) < SERIES_MAX_VALUES + 100  # later values kept to 3 significant digits
+    assert st.series["running"] == {1: 3 * SERIES_MAX_VALUES} and st.series["kv_usage_pct"] == {}
 
 
 def test_without_an_argument_line_the_resolved_config_is_compared(tmp_path):

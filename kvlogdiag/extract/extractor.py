@@ -906,11 +906,7 @@ class Extractor:
             st.engines.add(int(m.group("engine")))
         if m.group("swapped") is not None:
             self.facts.engine.append(self._with(fact, "v0", "v0_stats")) if not self.facts.engine else None
-        sample: dict[str, float] = {"running": running, "waiting": waiting}
-        for name, group in (("prompt_throughput", "prompt_tps"), ("generation_throughput", "gen_tps")):
-            tput = _float(m.group(group))
-            if tput is not None:
-                sample[name] = tput
+        prompt_tps, gen_tps, hit = _float(m.group("prompt_tps")), _float(m.group("gen_tps")), None
         st.running_max = running if st.running_max is None else max(st.running_max, running)
         st.waiting_max = waiting if st.waiting_max is None else max(st.waiting_max, waiting)
         if running or waiting:
@@ -932,22 +928,20 @@ class Extractor:
                     if tm.group("device") == "CPU" and m.group("swapped") is not None:
                         continue  # V0 'CPU KV cache usage' is the swap space, not the KV pool (KVD013)
                     u = usage = float(tm.group("kv_usage"))
-                    sample["kv_usage_pct"] = u
                     peak = st.kv_usage_max
                     st.add_kv_usage(u, fact)
                     if peak is None or u > peak:
                         self._emit("kv_usage_peak", self._with(fact, u))
                 elif tm.group("hit") is not None:
                     st.prefix_hit_last = float(tm.group("hit"))
-                    sample["prefix_cache_hit_pct"] = st.prefix_hit_last
+                    hit = st.prefix_hit_last
                 elif tm.group("deferred") is not None:
                     deferred = int(tm.group("deferred"))
         if deferred:
             st.deferred_lines += 1
         # distributions over active lines only: how many idle lines follow a load depends on timing
-        if running or waiting or sample.get("prompt_throughput") or sample.get("generation_throughput"):
-            for name, v in sample.items():
-                st.add_sample(name, v)
+        if running or waiting or prompt_tps or gen_tps:
+            st.add_samples((prompt_tps, gen_tps, running, waiting, usage, hit))
         # vLLM >= 0.20 prints Waiting including the Deferred requests (blocked on remote KV, grammar, streamed
         # input: loggers.py), which no step budget could have admitted
         if running == 1 and waiting - deferred > 0:

@@ -113,13 +113,21 @@ class StatsSummary:
     # distributions ``diff`` compares (p50/p90/max)
     series: dict[str, dict[float, int]] = field(default_factory=dict)
 
-    def add_sample(self, name: str, value: float) -> None:
-        """Count one stats line's figure; a figure with more than SERIES_MAX_VALUES distinct values is
-        kept to 3 significant digits from then on, so memory stays bounded however long the log."""
-        counts = self.series.setdefault(name, {})
-        if len(counts) >= SERIES_MAX_VALUES:
-            value = float(f"{value:.3g}")
-        counts[value] = counts.get(value, 0) + 1
+    def add_samples(self, values: tuple) -> None:
+        """Count one active stats line's figures, in SERIES order (None: not on the line); one call per
+        line (the hot path of a long log). A figure with SERIES_MAX_VALUES distinct values keeps later
+        values to 3 significant digits, so memory stays bounded however long the log."""
+        series = self.series
+        if not series:
+            series.update((name, {}) for name in SERIES)
+        for name, value in zip(SERIES, values):
+            if value is None:
+                continue
+            counts = series[name]
+            if len(counts) >= SERIES_MAX_VALUES:
+                value = float(f"{value:.3g}")
+            counts[value] = counts.get(value, 0) + 1
+
 
     def add_kv_usage(self, pct: float, fact: Fact) -> None:
         self.kv_usage_samples += 1
