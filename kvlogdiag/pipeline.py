@@ -14,8 +14,12 @@ from kvlogdiag.derive.figures import derive
 from kvlogdiag.extract.commands import PREFILTER_KEYWORDS as COMMAND_KEYWORDS
 from kvlogdiag.extract.extractor import Extractor
 from kvlogdiag.extract.facts import LogFacts
+from kvlogdiag.extract.metrics import add_scrape, metrics_json, use_metrics
 from kvlogdiag.extract.platform import keywords as platform_keywords
 from kvlogdiag.extract.runs import server_starts
+from kvlogdiag.input.metrics import SNIFF_BYTES as METRICS_SNIFF_BYTES
+from kvlogdiag.input.metrics import MetricsError, parse_scrapes
+from kvlogdiag.input.metrics import sniff as metrics_sniff
 from kvlogdiag.input.reader import (
     DEFAULT_MAX_BYTES,
     InputError,
@@ -210,13 +214,22 @@ class Analyzer:
         return stats
 
     def analyze_facts(self, facts: LogFacts) -> Analysis:
-        """Figures and findings of one run's facts."""
+        """Figures and findings of one run's facts (its runtime samples from the scrapes when its log has
+        no stats lines: `kvlogdiag.extract.metrics.use_metrics`)."""
+        facts = use_metrics(facts)
         derived = derive(facts)
+        if facts.metrics_info is not None:  # present only when /metrics was read: logs keep their JSON
+            derived["runtime"]["source"] = facts.runtime_from
+            derived["runtime"]["metrics"] = metrics_json(facts)
         findings = evaluate(self.rules, facts, derived, self.options, self.rule_errors)
         return build_analysis(facts, derived, findings)
 
     def analyze_stream_split(self, fh: BinaryIO, source: str) -> list[InputAnalysis]:
-        """One `InputAnalysis` per container of ``fh`` (one for a log of one server): see `ContainerSessions`."""
+        """One `InputAnalysis` per container of ``fh`` (one for a log of one server): see `ContainerSessions`.
+        A saved Prometheus ``/metrics`` scrape (recognised by content) is analysed as one (`analyze_metrics`)."""
+        peek = getattr(fh, "peek", None)
+        if peek is not None and metrics_sniff(peek(METRICS_SNIFF_BYTES)[:METRICS_SNIFF_BYTES]):
+            return [self.analyze_metrics(fh, source)]
         router = ContainerSessions(self, source)
         stats = self.read(fh, source, router)
         return router.results(stats.lines, stats.long_lines)
@@ -225,6 +238,28 @@ class Analyzer:
         """The analysis of ``fh``; of a multi-container log, its first container's (never a merge:
         `analyze_stream_split` gives them all)."""
         return self.analyze_stream_split(fh, source)[0]
+
+    def analyze_metrics(self, fh: BinaryIO, source: str) -> InputAnalysis:
+        """A saved scrape (or several concatenated): its vLLM figures as the runtime samples of one run,
+        through the same rules. Raises `InputError` naming the line when it does not parse."""
+        data = fh.read()
+        name = "<stdin>" if source == "-" else source
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InputError(f"{name}: a Prometheus exposition that is not UTF-8 (byte {exc.start:,})") from None
+        try:
+            scrapes = parse_scrapes(text)
+        except MetricsError as exc:
+            at = f":{exc.line}" if exc.line else ""
+            raise InputError(f"{name}{at}: {exc}") from None
+        ex = self.new_extractor(source)
+        ex.facts.metrics_input = True
+        for sc in scrapes:
+            add_scrape(ex.facts, sc, source)
+        n = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
+        facts = ex.finish(n)
+        return InputAnalysis(source, [self.analyze_facts(facts)])
 
     def analyze_source_split(self, source: str, max_bytes: int = DEFAULT_MAX_BYTES) -> list[InputAnalysis]:
         """Read and analyse one input, per container. Raises `InputError` when it cannot be read at all."""

@@ -8,6 +8,7 @@ import click
 
 from kvlogdiag.cli.common import build_analyzer, err, rule_options
 from kvlogdiag.cli.exit import ExitCode
+from kvlogdiag.modes.metrics_poll import parse_interval
 from kvlogdiag.modes.watch import watch_main
 
 
@@ -21,8 +22,17 @@ from kvlogdiag.modes.watch import watch_main
 @click.option("--repeat-after", type=click.FloatRange(min=0), default=300.0, show_default=True, metavar="SECONDS",
               help="Repeat a rule whose finding changed (KVD012's preemption count, KVD013's peak, ...) at most once "
                    "per this interval, with its latest message.")
+@click.option("--metrics", "metrics_url", metavar="URL",
+              help="Also poll vLLM's Prometheus endpoint (http://HOST:PORT/metrics) beside the log: running/waiting "
+                   "requests, KV usage, preemptions feed the same rules when the log has no stats lines; a failing or "
+                   "slow endpoint is a note, never a stall of the pass-through.")
+@click.option("--interval", "metrics_interval", default="10s", show_default=True, metavar="DURATION",
+              help="With --metrics: time between two polls (10s, 500ms, 1m).")
+@click.option("--metrics-timeout", type=click.FloatRange(min=0, min_open=True), default=5.0, show_default=True,
+              metavar="SECONDS", help="With --metrics: give up one poll after this long (at most the interval).")
 @rule_options
-def watch(follow: tuple[str, ...], from_end: bool, no_echo: bool, fmt: str, repeat_after: float, **kw: Any) -> int:
+def watch(follow: tuple[str, ...], from_end: bool, no_echo: bool, fmt: str, repeat_after: float,
+          metrics_url: str | None, metrics_interval: str, metrics_timeout: float, **kw: Any) -> int:
     """Live: copy a running server's log to stdout and print figures and findings on stderr as they are decided.
 
     \b
@@ -39,6 +49,14 @@ def watch(follow: tuple[str, ...], from_end: bool, no_echo: bool, fmt: str, repe
     if from_end and not follow:
         err("--from-end needs --follow FILE")
         return int(ExitCode.ERROR)
+    try:
+        interval_s = parse_interval(metrics_interval)
+    except ValueError as exc:
+        err(f"--interval {exc}")
+        return int(ExitCode.ERROR)
+    if metrics_url is not None and not metrics_url.lower().startswith(("http://", "https://")):
+        err(f"--metrics {metrics_url!r}: give the endpoint's URL, e.g. http://127.0.0.1:8000/metrics")
+        return int(ExitCode.ERROR)
     analyzer = build_analyzer(kw)
     return watch_main(analyzer, follow=follow[0] if follow else None, from_end=from_end, echo=not no_echo, fmt=fmt, repeat_after=repeat_after,
-                      hard_exit=True)
+                      hard_exit=True, metrics_url=metrics_url, metrics_interval=interval_s, metrics_timeout=metrics_timeout)

@@ -893,53 +893,36 @@ class Extractor:
 
     def _h_stats(self, m, line, fact):
         st = self.facts.stats
-        st.lines += 1
         running = int(m.group("running"))
         waiting_s = m.group("waiting") if m.group("waiting") is not None else m.group("pending")
         waiting = int(waiting_s) if waiting_s is not None else 0
-        if m.group("engine") is not None:
-            st.engines.add(int(m.group("engine")))
         if m.group("swapped") is not None:
             self.facts.engine.append(self._with(fact, "v0", "v0_stats")) if not self.facts.engine else None
-        st.running_max = running if st.running_max is None else max(st.running_max, running)
-        st.waiting_max = waiting if st.waiting_max is None else max(st.waiting_max, waiting)
-        if running or waiting:
-            st.busy_lines += 1
         deferred = 0
-        usage = None
+        usages: list[float] = []
+        preemptions = None
+        hit = None
         rest = m.group("rest")
         if rest:
             for tm in STATS_TAIL.finditer(rest):
                 if tm.group("preemptions") is not None:
-                    p = int(tm.group("preemptions"))
-                    st.preemptions_total += p
-                    if p:
-                        st.preemption_lines += 1
-                        if st.preemption_first is None:
-                            st.preemption_first = fact
-                        self._emit("stats_preemptions", self._with(fact, p))
+                    preemptions = (preemptions or 0) + int(tm.group("preemptions"))
                 elif tm.group("kv_usage") is not None:
                     if tm.group("device") == "CPU" and m.group("swapped") is not None:
                         continue  # V0 'CPU KV cache usage' is the swap space, not the KV pool (KVD013)
-                    u = usage = float(tm.group("kv_usage"))
-                    peak = st.kv_usage_max
-                    st.add_kv_usage(u, fact)
-                    if peak is None or u > peak:
-                        self._emit("kv_usage_peak", self._with(fact, u))
+                    usages.append(float(tm.group("kv_usage")))
                 elif tm.group("hit") is not None:
-                    st.prefix_hit_last = float(tm.group("hit"))
+                    hit = float(tm.group("hit"))
                 elif tm.group("deferred") is not None:
                     deferred = int(tm.group("deferred"))
-        if deferred:
-            st.deferred_lines += 1
-        # vLLM >= 0.20 prints Waiting including the Deferred requests (blocked on remote KV, grammar, streamed
-        # input: loggers.py), which no step budget could have admitted
-        if running == 1 and waiting - deferred > 0:
-            st.single_running_with_queue += 1
-            if st.single_running_first is None:
-                st.single_running_first = fact
-            if usage is not None and (st.single_running_kv_usage_max is None or usage > st.single_running_kv_usage_max):
-                st.single_running_kv_usage_max = usage
+        engine = int(m.group("engine")) if m.group("engine") is not None else None
+        peak_rose, single = st.add_sample(running, waiting, fact, engine=engine, preemptions=preemptions,
+                                          usages=tuple(usages), hit=hit, deferred=deferred)
+        if preemptions:
+            self._emit("stats_preemptions", self._with(fact, preemptions))
+        if peak_rose:
+            self._emit("kv_usage_peak", self._with(fact, st.kv_usage_max))
+        if single:
             self._emit("single_running", fact)
 
     def _h_startup_complete(self, m, line, fact):

@@ -50,11 +50,14 @@ from typing import Any, Callable
 
 from kvlogdiag.cli.exit import ExitCode, quiet_stdout
 from kvlogdiag.errors import KvlogdiagError
+from kvlogdiag.extract.metrics import add_scrape
 from kvlogdiag.extract.runs import command_only, server_starts
 from kvlogdiag.input.incremental import StreamLines
+from kvlogdiag.input.metrics import Scrape
 from kvlogdiag.input.reader import Line
+from kvlogdiag.modes.metrics_poll import MetricsPoller
 from kvlogdiag.pipeline import Analyzer, prefilter
-from kvlogdiag.render.analysis import clean_json, error_lines, fmt_bpt, fmt_gib, fmt_num
+from kvlogdiag.render.analysis import clean_json, error_lines, fmt_bpt, fmt_gib, fmt_num, metrics_text_lines
 from kvlogdiag.result import Analysis, Finding, InputAnalysis, KVCache, Severity
 from kvlogdiag.rules.engine import RuleLoadError
 
@@ -405,6 +408,11 @@ class Watcher:
         self.failed: str | None = None  # the internal error that stopped the analysis
         self._fail_lock = threading.Lock()
         self.signals: _Signals | None = None  # set by watch_main: a signal can end a blocked stdout write
+        # watch --metrics: the endpoint, its poll interval, scrapes added, when a text metrics line was last shown
+        self.metrics_url: str | None = None
+        self.metrics_interval: float | None = None
+        self.metrics_scrapes = 0
+        self._metrics_text_at: float | None = None
 
     # -- bytes in --------------------------------------------------------------------------------
 
@@ -444,6 +452,40 @@ class Watcher:
 
     def end_lines(self) -> None:
         self._guard(self._feed_lines, self.lines.end)
+
+    def add_metrics(self, scrape: Scrape) -> None:
+        """A ``/metrics`` scrape (`MetricsPoller`, analysis thread): its engines become runtime samples of the
+        current run (`add_scrape`, citing the log line reached), a ``metrics`` event, and an evaluation —
+        the rules read the samples when the run's log has no stats lines of its own."""
+        def add() -> None:
+            self.metrics_scrapes += 1
+            n = self.metrics_scrapes
+            at = self.position
+            add_scrape(self.session.extractor.facts, scrape, self.metrics_url or "metrics", at_line=at,
+                       interval_s=self.metrics_interval, label=f"{self.metrics_url} scrape {n} (at log line {at:,})")
+            self._metrics_event(scrape, n, at)
+            self.dirty = True
+            self.evaluate()
+
+        self._guard(add)
+
+    def _metrics_event(self, scrape: Scrape, n: int, at: int) -> None:
+        engines = [e.to_json() for e in scrape.engines]
+        if self.emit.fmt == "json":
+            self.emit.json({"event": "metrics", "source": self.source, "url": self.metrics_url, "scrape": n,
+                            "line": at, "engines": engines})
+            return
+        now = self.clock()
+        if self._metrics_text_at is not None and now < self._metrics_text_at + self.repeat_after:
+            return  # text: the first scrape, then at most one line per --repeat-after
+        self._metrics_text_at = now
+        parts = []
+        for e in engines:
+            parts.append(f"engine {e['engine'] if e['engine'] is not None else '—'}: running {fmt_num(e['running'])}, "
+                         f"waiting {fmt_num(e['waiting'])}, KV usage {fmt_num(e['kv_usage_pct'], 1)} %, "
+                         f"preemptions {fmt_num(e['preemptions_total'])}")
+        self.emit.text([("kvlogdiag: ", "dim"), (f"metrics (scrape {n}, at line {at:,}): ", "bold"),
+                        ("; ".join(parts), None)])
 
     def restart(self, reason: str) -> None:
         """``watch -f``: the file was truncated or replaced — the server was restarted: a new run.
@@ -794,6 +836,8 @@ class Watcher:
                         "single_running_with_queue_lines": rt.get("single_running_with_queue_lines", 0),
                         "findings_reported": self.reports},
         }
+        if rt.get("metrics") is not None:
+            ev["runtime"]["metrics"] = rt["metrics"]
         if final:
             ev["analysis"] = a.to_json(self.opts.min_severity)
         if result is not None:  # what `analyze --format json` prints for this input
@@ -825,6 +869,8 @@ class Watcher:
                          f"{fmt_num(rt.get('kv_usage_max_pct'), 1)} %, preemptions {ev['runtime']['preemptions']:,}")
         if exit_code is not None:
             lines[-1] += f" · exit {exit_code}"
+        if rt.get("metrics") and reason not in ("startup_complete", "run_end"):
+            lines.extend(x.lstrip() for x in metrics_text_lines(rt["metrics"]))
         parts: list[tuple[str, str | None]] = [("kvlogdiag: ", "dim"), (f"summary ({where})", "bold")]
         for ln in lines:
             parts.append(("\nkvlogdiag:   " + ln, None))
@@ -1052,6 +1098,7 @@ class Pipeline:
         self.stop: int | None = None  # the analysis ended the watch (--strict-rules): this exit code
         self.busy_since: float | None = None  # when the analysis step now running began
         self.done = threading.Event()
+        self.poller: MetricsPoller | None = None  # watch --metrics
         self.thread = threading.Thread(target=self._run, name="kvlogdiag-analysis", daemon=True)
         self.thread.start()
 
@@ -1069,6 +1116,11 @@ class Pipeline:
 
     def idle(self) -> None:
         self.feed.put(("idle", None))
+
+    def metrics(self, scrape: Scrape) -> None:
+        """From the poller's thread: a scrape for the analysis (an item of no size: never waits)."""
+        if self.w.failed is None and not self.done.is_set():
+            self.feed.put(("metrics", scrape))
 
     def end_of_part(self) -> None:
         self.w.end_echo()
@@ -1091,6 +1143,8 @@ class Pipeline:
 
     def finish(self, reason: str, signal_code: int | None = None) -> int:
         """Hand the end over to the analysis and wait for its exit code (see the class for the limits)."""
+        if self.poller is not None:
+            self.poller.stop()
         self.feed.put(("finish", (reason, signal_code)))
         signals = len(self.sig.received)
         until = time.monotonic() + FINISH_AFTER_SIGNAL_S if signal_code is not None else None
@@ -1153,6 +1207,8 @@ class Pipeline:
                         self._step(w.end_lines)
                     elif kind == "restart":
                         self._step(w.restart, arg)
+                    elif kind == "metrics":
+                        self._step(w.add_metrics, arg)
                 self._step(w.tick_rates, w.clock())
                 self.busy_since = None
         except _Stop as stop:
@@ -1266,13 +1322,23 @@ def _waits_for_analysis(fd: int) -> bool:
 
 def watch_main(analyzer: Analyzer, *, follow: str | None = None, from_end: bool = False, echo: bool = True,
                fmt: str = "text", repeat_after: float = 300.0, in_fd: int | None = None, out_fd: int = 1,
-               err_stream: io.TextIOBase | None = None, hard_exit: bool = False) -> int:
+               err_stream: io.TextIOBase | None = None, hard_exit: bool = False, metrics_url: str | None = None,
+               metrics_interval: float = 10.0, metrics_timeout: float = 5.0) -> int:
     """Run watch over stdin (or ``in_fd``) or a followed file; returns the exit code (`ExitCode` values).
 
     ``hard_exit``: when the analysis thread is still running at the end (stuck), leave with ``os._exit``
-    — a daemon thread blocked inside a stderr write could otherwise abort the interpreter's shutdown."""
+    — a daemon thread blocked inside a stderr write could otherwise abort the interpreter's shutdown.
+    ``metrics_url``: poll that Prometheus endpoint every ``metrics_interval`` s beside the log (`MetricsPoller`)."""
     emitter = Emitter(fmt, err_stream)
     w = Watcher(analyzer, emitter, echo=echo, repeat_after=repeat_after, source=follow or "-", out_fd=out_fd)
+    w.metrics_url, w.metrics_interval = metrics_url, (metrics_interval if metrics_url else None)
+
+    def start_metrics(p: Pipeline) -> None:
+        if metrics_url:
+            p.poller = MetricsPoller(metrics_url, metrics_interval, min(metrics_timeout, metrics_interval), p.metrics,
+                                     lambda m: w.note(m, kind="metrics"))
+            p.poller.start()
+
     sig = _Signals()
     w.signals = sig
     pipe: Pipeline | None = None
@@ -1287,6 +1353,7 @@ def watch_main(analyzer: Analyzer, *, follow: str | None = None, from_end: bool 
             # the rules must know the start was skipped on purpose (KVD017 says so instead of 'incomplete')
             analyzer.options.skipped_start_bytes = src.skipped_bytes or None
             pipe = Pipeline(w, sig, wait_when_full=True)
+            start_metrics(pipe)
             try:
                 code = run_follow(pipe, src, sig)
                 return code
@@ -1302,6 +1369,7 @@ def watch_main(analyzer: Analyzer, *, follow: str | None = None, from_end: bool 
             except (AttributeError, ValueError, OSError):  # stdin closed (`<&-`): an empty input
                 in_fd = os.open(os.devnull, os.O_RDONLY)
         pipe = Pipeline(w, sig, wait_when_full=_waits_for_analysis(in_fd))
+        start_metrics(pipe)
         code = run_stdin(pipe, in_fd, sig)
         return code
     except StdoutClosed:
@@ -1313,6 +1381,8 @@ def watch_main(analyzer: Analyzer, *, follow: str | None = None, from_end: bool 
         code = int(ExitCode.ERROR)
         return code
     finally:
+        if pipe is not None and pipe.poller is not None:
+            pipe.poller.stop()
         sig.restore()
         if hard_exit and pipe is not None and pipe.stuck:
             try:
