@@ -58,7 +58,8 @@ def add_scrape(facts: LogFacts, scrape: Scrape, source: str, *, at_line: int | N
             info["counters"][e.engine] = total
         had_preemption, had_single = st.preemption_first is not None, st.single_running_first is not None
         hit = e.hit_rate_pct()
-        usages = (e.kv_usage_pct,) if e.kv_usage_pct is not None else ()
+        # one decimal, as the stats line prints it ("KV cache usage: %.1f%%"), so both count alike
+        usages = (round(e.kv_usage_pct, 1),) if e.kv_usage_pct is not None else ()
         st.add_sample(e.running or 0, e.waiting or 0, main, engine=_engine_no(e), preemptions=delta, usages=usages,
                       hit=hit, deferred=e.deferred or 0)
         if not had_preemption and st.preemption_first is not None:
