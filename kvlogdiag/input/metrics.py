@@ -250,8 +250,11 @@ def parse_scrape(text: str, first_line: int = 1) -> Scrape:
     for fam in families:
         if fam.name.startswith("vllm:"):
             n_vllm += 1
-        gauge = _GAUGES.get(fam.name)
-        counter = _COUNTERS.get(fam.name)
+        name = fam.name
+        if name.endswith("_total") and name[:-6] in _COUNTERS:  # a counter sample without its # TYPE line
+            name = name[:-6]
+        gauge = _GAUGES.get(name)
+        counter = _COUNTERS.get(name)
         histo = _HISTOGRAMS.get(fam.name)
         if gauge is None and counter is None and histo is None:
             continue

@@ -115,14 +115,16 @@ class Emitter:
     Log text inside a message (a model name, a path) is printed with control characters escaped, so
     bytes from the log never drive the terminal (OSC titles, links, colours, BEL)."""
 
-    def __init__(self, fmt: str, stream=None):
+    def __init__(self, fmt: str, stream=None, prefix: str = "", lock: threading.Lock | None = None):
         self.fmt = fmt
         self.stream = stream or sys.stderr
         self.broken = False
         self.console = None
+        self.prefix = prefix  # several followed files: "FILE: " after "kvlogdiag: " on every text event
         # both threads print (the analysis its events, the reading side --follow notes and a stuck analysis):
-        # one lock, taken with a time limit so a stalled stderr cannot stall the pass-through
-        self.lock = threading.Lock()
+        # one lock, taken with a time limit so a stalled stderr cannot stall the pass-through (shared by the
+        # emitters of several followed files, which write to the same stream)
+        self.lock = lock or threading.Lock()
         if fmt == "text":
             try:
                 tty = self.stream.isatty()
@@ -149,6 +151,8 @@ class Emitter:
 
     def text(self, parts: list[tuple[str, str | None]]) -> None:
         """``parts``: (text, rich style or None); lines separated by "\\n" inside the text."""
+        if self.prefix and parts and parts[0][0] == "kvlogdiag: ":
+            parts = [parts[0], (self.prefix, "bold"), *parts[1:]]
         if self.console is not None and not self.broken:
             from rich.text import Text
 
@@ -362,6 +366,14 @@ class FollowFile:
             self.fd = None
 
 
+class EchoSwitch:
+    """Which followed file's bytes stdout shows now (``watch -f A -f B``): a header marks each switch."""
+
+    def __init__(self) -> None:
+        self.current: Any = None
+        self.first = True
+
+
 # --- the watcher ------------------------------------------------------------------------------
 
 
@@ -408,6 +420,8 @@ class Watcher:
         self.failed: str | None = None  # the internal error that stopped the analysis
         self._fail_lock = threading.Lock()
         self.signals: _Signals | None = None  # set by watch_main: a signal can end a blocked stdout write
+        # several followed files share stdout: a ``==> FILE <==`` header (as tail prints) when the echo switches
+        self.echo_switch: EchoSwitch | None = None
         # watch --metrics: the endpoint, its poll interval, scrapes added, when a text metrics line was last shown
         self.metrics_url: str | None = None
         self.metrics_interval: float | None = None
@@ -600,6 +614,14 @@ class Watcher:
             self._write(tail)
 
     def _write(self, data) -> None:
+        sw = self.echo_switch
+        if sw is not None and sw.current is not self:
+            sw.current = None  # a header cut by an error is written again next time
+            self._write_raw(f"{'' if sw.first else chr(10)}==> {self.source} <==\n".encode("utf-8", "replace"))
+            sw.current, sw.first = self, False
+        self._write_raw(data)
+
+    def _write_raw(self, data) -> None:
         fd = self.out_fd
         view = memoryview(data)
         sig = self.signals
@@ -1268,35 +1290,50 @@ def run_stdin(w: Pipeline, in_fd: int, sig: _Signals) -> int:
     return w.finish("eof")
 
 
+def _follow_step(w: Pipeline, src: FollowFile) -> bool:
+    """One step of following ``src``: True when something was read or happened (step again at once),
+    False when the file has nothing new (the analysis was told the input went quiet)."""
+    data = src.read()
+    if data:
+        w.take(data)
+        w.tick()
+        return True
+    what, rest = src.check()
+    if rest:
+        w.take(rest)
+        return True
+    if what in ("truncated", "rotated"):
+        w.end_of_part()
+        w.note(f"{src.path}: {'truncated; reading from the start' if what == 'truncated' else 'replaced (rotated); following the new file'}")
+        w.restart(what)
+        return True
+    if what == "appeared":
+        return True
+    w.idle()
+    w.tick()
+    return False
+
+
+def _poll_wait(pipes: list[Pipeline], sig: _Signals) -> None:
+    """Wait for the next poll of idle followed files: `FOLLOW_POLL_S`, less when an echo is due; a signal wakes it."""
+    timeout = FOLLOW_POLL_S
+    for p in pipes:
+        d = p.next_deadline()
+        if d is not None:
+            timeout = min(timeout, max(0.0, d - p.w.clock()))
+    ready, _, _ = select.select([sig.r], [], [], timeout)
+    if ready:
+        sig.drain()
+
+
 def run_follow(w: Pipeline, src: FollowFile, sig: _Signals) -> int:
     try:
         while w.stop is None:
             if sig.received:
                 break
-            data = src.read()
-            if data:
-                w.take(data)
-                w.tick()
+            if _follow_step(w, src):
                 continue
-            what, rest = src.check()
-            if rest:
-                w.take(rest)
-                continue
-            if what in ("truncated", "rotated"):
-                w.end_of_part()
-                w.note(f"{src.path}: {'truncated; reading from the start' if what == 'truncated' else 'replaced (rotated); following the new file'}")
-                w.restart(what)
-                continue
-            if what == "appeared":
-                continue
-            w.idle()
-            w.tick()
-            now = w.w.clock()
-            deadline = w.next_deadline()
-            timeout = FOLLOW_POLL_S if deadline is None else max(0.0, min(FOLLOW_POLL_S, deadline - now))
-            ready, _, _ = select.select([sig.r], [], [], timeout)
-            if ready:
-                sig.drain()
+            _poll_wait([w], sig)
         if w.stop is not None:
             return w.stop
         # a signal: take what the file holds now, then stop
@@ -1312,6 +1349,165 @@ def run_follow(w: Pipeline, src: FollowFile, sig: _Signals) -> int:
     return w.finish(reason, code)
 
 
+GLOB_RESCAN_POLLS = 10  # several files: a glob is expanded again every this many idle polls (~1 s)
+
+
+def is_glob(arg: str) -> bool:
+    return any(c in arg for c in "*?[")
+
+
+class FollowSet:
+    """``watch -f A -f B`` / ``watch -f 'logs/*.log'``: every file followed like ``-f FILE``, each with its own
+    analysis (a `Watcher` and `Pipeline` of its own: figures, findings, runs, summary per file), findings
+    prefixed with the file, stdout the files' bytes with a ``==> FILE <==`` header at each switch. A glob is
+    expanded again while following: a new file that matches is followed from its start."""
+
+    def __init__(self, make: Callable[[str, bool], tuple[Pipeline, FollowFile]], args: list[str], from_end: bool,
+                 note: Callable[[str], None]):
+        self.make = make
+        self.patterns = [a for a in args if is_glob(a)]
+        self.note = note
+        self.items: list[tuple[Pipeline, FollowFile]] = []
+        self.seen: set[str] = set()
+        for a in args:
+            if is_glob(a):
+                found = self._expand(a)
+                if not found:
+                    note(f"no file matches {a} yet; following what appears")
+                for path in found:
+                    self._add(path, from_end)
+            else:
+                self._add(a, from_end)
+
+    @staticmethod
+    def _expand(pattern: str) -> list[str]:
+        import glob
+
+        return sorted(p for p in glob.glob(pattern, recursive=True) if os.path.isfile(p))
+
+    def _add(self, path: str, from_end: bool) -> None:
+        key = os.path.realpath(path)
+        if key in self.seen:
+            return
+        self.seen.add(key)
+        self.items.append(self.make(path, from_end))
+
+    def rescan(self) -> None:
+        """New files matching a glob: followed from their start."""
+        for pat in self.patterns:
+            for path in self._expand(pat):
+                if os.path.realpath(path) not in self.seen:
+                    self.note(f"{path}: a new file matches {pat}; following it from the start")
+                    self._add(path, False)
+
+    @property
+    def pipes(self) -> list[Pipeline]:
+        return [p for p, _ in self.items]
+
+
+def run_follow_many(fs: FollowSet, sig: _Signals) -> int:
+    """`run_follow` over several files: one step per file per round, a poll wait when none had anything."""
+    idle_polls = 0
+    stopped: int | None = None
+    try:
+        while stopped is None:
+            if sig.received:
+                break
+            progress = False
+            for pipe, src in list(fs.items):
+                if pipe.stop is not None:
+                    stopped = pipe.stop
+                    break
+                progress = _follow_step(pipe, src) or progress
+            if stopped is not None or progress:
+                continue
+            idle_polls += 1
+            if fs.patterns and idle_polls % GLOB_RESCAN_POLLS == 0:
+                fs.rescan()
+            _poll_wait(fs.pipes, sig)
+        if stopped is None:
+            for pipe, src in fs.items:  # a signal: take what each file holds now, then stop
+                while True:
+                    data = src.read()
+                    if not data:
+                        break
+                    pipe.take(data)
+    except StdoutStalled:
+        for pipe in fs.pipes:
+            pipe.stop_echo()
+    codes = []
+    for pipe in fs.pipes:
+        pipe.end_of_part()
+        if stopped is not None:
+            codes.append(pipe.finish("eof") if pipe.stop is None else pipe.stop)
+        else:
+            reason, code = _signal_exit(sig.received[0])
+            codes.append(pipe.finish(reason, code))
+    if stopped is not None:
+        return stopped
+    return codes[0] if codes else _signal_exit(sig.received[0])[1]
+
+
+def _watch_many(analyzer: Analyzer, args: list[str], from_end: bool, echo: bool, fmt: str, repeat_after: float,
+                out_fd: int, err_stream: io.TextIOBase | None, hard_exit: bool) -> int:
+    """`watch_main` for several followed files (`FollowSet`, `run_follow_many`)."""
+    import dataclasses
+
+    stream = err_stream or sys.stderr
+    lock = threading.Lock()
+    top_emit = Emitter(fmt, stream, lock=lock)
+    switch = EchoSwitch()
+    sig = _Signals()
+    code = int(ExitCode.ERROR)
+
+    def note(message: str, kind: str = "note") -> None:
+        if fmt == "json":
+            top_emit.json({"event": "note", "kind": kind, "source": None, "message": message})
+        else:
+            top_emit.text([("kvlogdiag: ", "dim"), ("note: " if kind == "note" else f"{kind}: ", "bold"), (message, None)])
+
+    def make(path: str, at_end: bool) -> tuple[Pipeline, FollowFile]:
+        # each file its own analysis: its own options (what --from-end skipped differs per file) and rule errors
+        a = Analyzer(dataclasses.replace(analyzer.options), analyzer.rules)
+        w = Watcher(a, Emitter(fmt, stream, prefix=f"{path}: ", lock=lock), echo=echo, repeat_after=repeat_after,
+                    source=path, out_fd=out_fd)
+        w.signals = sig
+        w.echo_switch = switch
+        src = FollowFile(path, at_end, w.note)
+        a.options.skipped_start_bytes = src.skipped_bytes or None
+        return Pipeline(w, sig, wait_when_full=True), src
+
+    fs: FollowSet | None = None
+    try:
+        try:
+            fs = FollowSet(make, args, from_end, note)
+        except OSError as exc:
+            note(f"cannot follow ({exc.strerror or exc})" if not getattr(exc, "filename", None)
+                 else f"{exc.filename}: cannot follow ({exc.strerror or exc})", kind="error")
+            return int(ExitCode.ERROR)
+        code = run_follow_many(fs, sig)
+        return code
+    except StdoutClosed:
+        quiet_stdout()
+        code = int(ExitCode.BROKEN_PIPE)
+        return code
+    except StdoutFailed as exc:
+        note(str(exc), kind="error")
+        code = int(ExitCode.ERROR)
+        return code
+    finally:
+        if fs is not None:
+            for _, src in fs.items:
+                src.close()
+        sig.restore()
+        if hard_exit and fs is not None and any(p.stuck for p in fs.pipes):
+            try:
+                sys.stdout.flush()
+            except (OSError, ValueError):
+                pass
+            os._exit(code)
+
+
 def _waits_for_analysis(fd: int) -> bool:
     """A regular file on stdin: nobody writes into it, so reading may wait for the analysis."""
     try:
@@ -1323,19 +1519,24 @@ def _waits_for_analysis(fd: int) -> bool:
 def watch_main(analyzer: Analyzer, *, follow: str | None = None, from_end: bool = False, echo: bool = True,
                fmt: str = "text", repeat_after: float = 300.0, in_fd: int | None = None, out_fd: int = 1,
                err_stream: io.TextIOBase | None = None, hard_exit: bool = False, metrics_url: str | None = None,
-               metrics_interval: float = 10.0, metrics_timeout: float = 5.0) -> int:
+               metrics_interval: float = 10.0, metrics_timeout: float = 5.0, follows: list[str] | None = None) -> int:
     """Run watch over stdin (or ``in_fd``) or a followed file; returns the exit code (`ExitCode` values).
 
     ``hard_exit``: when the analysis thread is still running at the end (stuck), leave with ``os._exit``
     — a daemon thread blocked inside a stderr write could otherwise abort the interpreter's shutdown.
-    ``metrics_url``: poll that Prometheus endpoint every ``metrics_interval`` s beside the log (`MetricsPoller`)."""
+    ``metrics_url``: poll that Prometheus endpoint every ``metrics_interval`` s beside the log (`MetricsPoller`).
+    ``follows``: several files or globs to follow, each with its own analysis (`FollowSet`)."""
+    if follows and (len(follows) > 1 or is_glob(follows[0])):
+        return _watch_many(analyzer, follows, from_end, echo, fmt, repeat_after, out_fd, err_stream, hard_exit)
+    if follows:
+        follow = follows[0]
     emitter = Emitter(fmt, err_stream)
     w = Watcher(analyzer, emitter, echo=echo, repeat_after=repeat_after, source=follow or "-", out_fd=out_fd)
     w.metrics_url, w.metrics_interval = metrics_url, (metrics_interval if metrics_url else None)
 
     def start_metrics(p: Pipeline) -> None:
         if metrics_url:
-            p.poller = MetricsPoller(metrics_url, metrics_interval, min(metrics_timeout, metrics_interval), p.metrics,
+            p.poller = MetricsPoller(metrics_url, metrics_interval, metrics_timeout, p.metrics,
                                      lambda m: w.note(m, kind="metrics"))
             p.poller.start()
 
