@@ -40,6 +40,8 @@ def watch(follow: tuple[str, ...], from_end: bool, no_echo: bool, fmt: str, repe
     \b
     vllm serve ... 2>&1 | kvlogdiag watch
     kvlogdiag watch -f /var/log/vllm/server.log --no-echo --format json
+    kvlogdiag watch -f 'logs/*.log'                      (several files: each its own analysis)
+    vllm serve ... 2>&1 | kvlogdiag watch --metrics http://127.0.0.1:8000/metrics
 
     Exit: 0/1 by --fail-on at end of input, 2 on bad options or when stdout cannot be written, 3 when the
     analysis stopped at an internal error (the log was still passed through unchanged), 130 after SIGINT,

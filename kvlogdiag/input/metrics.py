@@ -11,7 +11,7 @@ aggregates the stats lines fill (`kvlogdiag.extract.facts.StatsSummary`), so the
 Metric names, as the released vLLM source defines them (docs/metrics.md cites file:line):
 
 * ``vllm:num_requests_running``, ``vllm:num_requests_waiting`` (gauges; V0 and V1);
-  ``vllm:num_requests_waiting_by_reason{reason="deferred"}`` (vLLM >= 0.32) is the deferred part of waiting;
+  ``vllm:num_requests_waiting_by_reason{reason="deferred"}`` (vLLM >= 0.20) is the deferred part of waiting;
 * ``vllm:kv_cache_usage_perc`` (V1 >= 0.10; a fraction, 1 = 100 %), older ``vllm:gpu_cache_usage_perc``
   (V0, and V1 until 0.11 where it is hidden);
 * ``vllm:num_preemptions_total`` (counter; V0 and V1);

@@ -27,7 +27,11 @@ exception in the analysis is reported once and turns watch into ``cat`` (exit `E
 3, at the end) instead of ending the pipe; so does an analysis that falls `QUEUE_MAX_BYTES` behind a pipe.
 A signal that arrives while stdout's reader has stopped reading ends the blocked write (`_Signals`).
 
-`Watcher` is the engine; `run_stdin` and `run_follow` are the loops; `watch_main` takes options and file
+Several followed files (``-f A -f B``, ``-f 'logs/*.log'``) are a `FollowSet`: one `Watcher` and `Pipeline`
+per file, one reading loop (`run_follow_many`). ``--metrics URL`` adds a `MetricsPoller` thread whose scrapes
+reach the analysis as queue items of no size (`Watcher.add_metrics`; docs/metrics.md).
+
+`Watcher` is the engine; `run_stdin`, `run_follow` and `run_follow_many` are the loops; `watch_main` takes options and file
 descriptors and returns the exit code (the click command is `kvlogdiag.cli.watch`).
 """
 
