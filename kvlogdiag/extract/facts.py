@@ -229,6 +229,7 @@ class LogFacts:
     metrics_info: dict | None = None  # scrapes, source, interval, last scrape's per-engine figures
     metrics_input: bool = False  # the input itself is a saved scrape, not a log
     runtime_from: str = "log"  # where `stats` came from: "log", or "metrics" (set by the pipeline)
+    preemptions_from: str = "log"  # where `stats`' preemption figures came from (the scrapes' counter can see more)
     startup: dict | None = None  # start-up verdict of extract/failures.StartupTracker (failed, cause, ...)
 
     def add_config(self, key: str, fact: Fact) -> None:

@@ -9,7 +9,8 @@ way the stats line states them: ``vllm:num_preemptions_total`` is cumulative, a 
 scrape of that engine (all of it at the first scrape; a counter that went down was reset by a restart).
 
 The pipeline decides which samples the rules read (`use_metrics`): the log's stats lines when the
-run has any, else the scrapes — two views of the same scheduler state are never added together.
+run has any (with the scrapes' preemption counter when it saw more), else the scrapes — two views of
+the same scheduler state are never added together.
 """
 
 from __future__ import annotations
@@ -73,11 +74,25 @@ def add_scrape(facts: LogFacts, scrape: Scrape, source: str, *, at_line: int | N
 
 
 def use_metrics(facts: LogFacts) -> LogFacts:
-    """The facts the rules and figures read: the run's own when its log has stats lines (or no scrape was
-    added), else a shallow copy whose runtime samples are the scrapes' (`runtime_from` = ``metrics``)."""
-    if facts.stats.lines or not facts.metrics.lines:
+    """The facts the rules and figures read: the run's own when no scrape was added; a shallow copy whose
+    runtime samples are the scrapes' when its log has no stats lines (`runtime_from` = ``metrics``).
+
+    With both, the stats lines stay the samples, except the preemptions when the scrapes' counter saw more
+    (`preemptions_from` = ``metrics``): released vLLM 0.11.2-0.33.0 never prints the stats line's
+    ``Preemptions: P`` — ``LoggingStatLogger.log`` calls ``_update_stats``, whose ``_reset`` zeroes the
+    interval's ``num_preemptions`` before ``if self.num_preemptions > 0`` formats it (0.32.0
+    vllm/v1/metrics/loggers.py:149-156, :255-260, :276-312) — while ``vllm:num_preemptions_total`` counts
+    every one (:739, :1259). Both count the same preemptions, so the larger total is taken, never a sum."""
+    if not facts.metrics.lines:
         return facts
-    return dataclasses.replace(facts, stats=facts.metrics, runtime_from="metrics")
+    if not facts.stats.lines:
+        return dataclasses.replace(facts, stats=facts.metrics, runtime_from="metrics")
+    m = facts.metrics
+    if m.preemptions_total > facts.stats.preemptions_total:
+        stats = dataclasses.replace(facts.stats, preemptions_total=m.preemptions_total, preemption_lines=m.preemption_lines,
+                                    preemption_first=m.preemption_first)
+        return dataclasses.replace(facts, stats=stats, preemptions_from="metrics")
+    return facts
 
 
 def metrics_json(facts: LogFacts) -> dict[str, Any] | None:
@@ -89,6 +104,7 @@ def metrics_json(facts: LogFacts) -> dict[str, Any] | None:
     return {
         "source": info["source"], "scrapes": info["scrapes"], "samples": info["samples"],
         "interval_s": info["interval_s"], "used_by_rules": facts.runtime_from == "metrics",
+        "preemptions_used_by_rules": facts.runtime_from == "metrics" or facts.preemptions_from == "metrics",
         "kv_usage_metric": info["kv_usage_metric"], "itl_metric": info["itl_metric"],
         "kv_usage_max_pct": st.kv_usage_max, "running_max": st.running_max, "waiting_max": st.waiting_max,
         "preemptions": st.preemptions_total,

@@ -58,8 +58,8 @@ def sniff(head: bytes) -> bool:
     if not head:
         return False
     cut = head.rfind(b"\n")
-    if len(head) >= SNIFF_BYTES and cut >= 0:
-        head = head[:cut]  # the last line may be cut by the head's end
+    if cut >= 0 and not head.endswith(b"\n"):
+        head = head[:cut]  # the last line may be cut by the head's end (or a pipe's first read)
     try:
         text = head.decode("utf-8")
     except UnicodeDecodeError:

@@ -156,6 +156,8 @@ SECTIONS: dict[str, dict[str, str]] = {
         "stats_what": "what the runtime samples are, for messages: 'stats lines', or 'metrics samples' (one per engine and scrape)",
         "stats_each": "one runtime sample, for messages: 'line' or 'scrape'",
         "input_is_metrics": "the input is a saved Prometheus /metrics scrape, not a log (no start-up lines to expect)",
+        "preemption_samples": "the samples stats_preemption_lines counts in: stats_lines, or the metrics samples when the preemptions come from the scrapes' counter (it saw more than the stats lines: vLLM 0.11.2-0.33.0 never prints their 'Preemptions:', docs/metrics.md)",
+        "preemption_what": "what those samples are, for messages: 'stats lines' or 'metrics samples'",
     },
     "options": {
         "p99_len": "--p99-len (workload P99 request length, default 32768)",
@@ -580,6 +582,9 @@ def _runtime(b: _Builder) -> None:
     put("stats_what", "metrics samples" if from_metrics else "stats lines")
     put("stats_each", "scrape" if from_metrics else "line")
     put("input_is_metrics", facts.metrics_input)
+    pre_metrics = from_metrics or facts.preemptions_from == "metrics"
+    put("preemption_samples", facts.metrics.lines if pre_metrics else st.lines)
+    put("preemption_what", "metrics samples" if pre_metrics else "stats lines")
     if from_metrics:  # the poll interval of watch --metrics; unknown for a saved scrape
         put("stats_interval_s", (facts.metrics_info or {}).get("interval_s"))
         return
