@@ -426,3 +426,26 @@ def test_preemptions_come_from_the_counter_when_the_log_cannot_show_them():
     # the log alone: no preemption figure, so no KVD012
     alone = Analyzer().analyze_source(str(PRESSURE_LOG)).runs[-1]
     assert alone.runtime["stats_preemptions_total"] == 0 and "KVD012" not in [x.rule for x in alone.findings]
+
+
+def test_scrapes_for_a_stuck_analysis_are_bounded():
+    """The analysis takes nothing (stuck): the poller's scrapes queue up to METRICS_PENDING_MAX, then are dropped."""
+    from kvlogdiag.modes import watch as wmod
+
+    class Stuck:
+        def __init__(self):
+            self.items = []
+
+        def put(self, item, size=0, wait=None):
+            self.items.append(item)
+            return True
+
+    p = wmod.Pipeline.__new__(wmod.Pipeline)  # no analysis thread: nothing is ever taken
+    p.w = type("W", (), {"failed": None})()
+    p.done = threading.Event()
+    p.feed = Stuck()
+    p.metrics_pending, p.metrics_dropped, p._metrics_lock = 0, 0, threading.Lock()
+    sc = parse_scrapes(IDLE.read_text())[0]
+    for _ in range(100):
+        p.metrics(sc)
+    assert len(p.feed.items) == wmod.METRICS_PENDING_MAX and p.metrics_dropped == 100 - wmod.METRICS_PENDING_MAX

@@ -78,6 +78,7 @@ QUEUE_MAX_BYTES = 64 << 20  # input the analysis may lag behind the echo on a pi
 STUCK_S = 60.0  # at the end: an analysis step running this long is given up (a hang guard, not a budget)
 FINISH_AFTER_SIGNAL_S = 5.0  # after a signal: how long the summary may take before watch exits without it
 EMIT_LOCK_S = 2.0  # a stderr write waits this long for the other thread's write, then is dropped
+METRICS_PENDING_MAX = 4  # watch --metrics: scrapes queued for a slow analysis before newer ones are dropped
 
 
 class StdoutClosed(KvlogdiagError):
@@ -1125,6 +1126,9 @@ class Pipeline:
         self.busy_since: float | None = None  # when the analysis step now running began
         self.done = threading.Event()
         self.poller: MetricsPoller | None = None  # watch --metrics
+        self.metrics_pending = 0  # scrapes queued and not taken by the analysis yet
+        self.metrics_dropped = 0
+        self._metrics_lock = threading.Lock()
         self.thread = threading.Thread(target=self._run, name="kvlogdiag-analysis", daemon=True)
         self.thread.start()
 
@@ -1144,9 +1148,17 @@ class Pipeline:
         self.feed.put(("idle", None))
 
     def metrics(self, scrape: Scrape) -> None:
-        """From the poller's thread: a scrape for the analysis (an item of no size: never waits)."""
-        if self.w.failed is None and not self.done.is_set():
-            self.feed.put(("metrics", scrape))
+        """From the poller's thread: a scrape for the analysis (an item of no size: never waits). While the
+        analysis has `METRICS_PENDING_MAX` scrapes it has not taken yet (it is slow or stuck), newer ones are
+        dropped, so memory stays bounded; the scrapes it does take are in order."""
+        if self.w.failed is not None or self.done.is_set():
+            return
+        with self._metrics_lock:
+            if self.metrics_pending >= METRICS_PENDING_MAX:
+                self.metrics_dropped += 1
+                return
+            self.metrics_pending += 1
+        self.feed.put(("metrics", scrape))
 
     def end_of_part(self) -> None:
         self.w.end_echo()
@@ -1234,6 +1246,8 @@ class Pipeline:
                     elif kind == "restart":
                         self._step(w.restart, arg)
                     elif kind == "metrics":
+                        with self._metrics_lock:
+                            self.metrics_pending -= 1
                         self._step(w.add_metrics, arg)
                 self._step(w.tick_rates, w.clock())
                 self.busy_since = None
