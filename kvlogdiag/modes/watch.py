@@ -1411,12 +1411,15 @@ class FollowSet:
         self.items.append(self.make(path, from_end))
 
     def rescan(self) -> None:
-        """New files matching a glob: followed from their start."""
+        """New files matching a glob: followed from their start (one that cannot be opened: one note)."""
         for pat in self.patterns:
             for path in self._expand(pat):
                 if os.path.realpath(path) not in self.seen:
                     self.note(f"{path}: a new file matches {pat}; following it from the start")
-                    self._add(path, False)
+                    try:
+                        self._add(path, False)
+                    except OSError as exc:
+                        self.note(f"{path}: cannot follow ({exc.strerror or exc}); not followed")
 
     @property
     def pipes(self) -> list[Pipeline]:
@@ -1504,6 +1507,10 @@ def _watch_many(analyzer: Analyzer, args: list[str], from_end: bool, echo: bool,
                  else f"{exc.filename}: cannot follow ({exc.strerror or exc})", kind="error")
             return int(ExitCode.ERROR)
         code = run_follow_many(fs, sig)
+        return code
+    except OSError as exc:  # reading a followed file failed (EIO, a file turned unreadable)
+        note(f"{getattr(exc, 'filename', None) or 'a followed file'}: {exc.strerror or exc}", kind="error")
+        code = int(ExitCode.ERROR)
         return code
     except StdoutClosed:
         quiet_stdout()
