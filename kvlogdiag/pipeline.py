@@ -21,10 +21,12 @@ from kvlogdiag.input.metrics import SNIFF_BYTES as METRICS_SNIFF_BYTES
 from kvlogdiag.input.metrics import MetricsError, parse_scrapes
 from kvlogdiag.input.metrics import sniff as metrics_sniff
 from kvlogdiag.input.reader import (
+    CHUNK_BYTES,
     DEFAULT_MAX_BYTES,
     InputError,
     Line,
     LineStats,
+    _read_error,
     detect_hard_wrap,
     iter_lines,
     open_input,
@@ -228,7 +230,7 @@ class Analyzer:
     def analyze_stream_split(self, fh: BinaryIO, source: str) -> list[InputAnalysis]:
         """One `InputAnalysis` per container of ``fh`` (one for a log of one server): see `ContainerSessions`.
         A saved Prometheus ``/metrics`` scrape (recognised by content) is analysed as one (`analyze_metrics`)."""
-        if _is_scrape(fh):
+        if _is_scrape(fh, source):
             return [self.analyze_metrics(fh, source)]
         router = ContainerSessions(self, source)
         stats = self.read(fh, source, router)
@@ -277,16 +279,19 @@ class Analyzer:
         return self.analyze_source_split(source, max_bytes)[0]
 
 
-def _is_scrape(fh: BinaryIO) -> bool:
-    """Whether ``fh`` starts like a Prometheus exposition (its first bytes, peeked: nothing is consumed). A
-    head that cannot be read (a truncated gzip) is left to the log reader, whose error names the input."""
+def _is_scrape(fh: BinaryIO, source: str) -> bool:
+    """Whether ``fh`` starts like a Prometheus exposition (its buffered head, peeked: nothing is consumed).
+    A head that cannot be read (a truncated or corrupt archive) raises `InputError` exactly as the reader's
+    own first peek does (`detect_hard_wrap`: keep the two alike)."""
     peek = getattr(fh, "peek", None)
     if peek is None:
         return False
     try:
-        head = peek(METRICS_SNIFF_BYTES)[:METRICS_SNIFF_BYTES]
-    except Exception:  # noqa: BLE001 - EOFError, zlib.error, InputError, OSError: the reader reports it
-        return False
+        head = peek(CHUNK_BYTES)[:METRICS_SNIFF_BYTES]
+    except InputError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - gzip/lzma/zstd errors differ; all are input errors
+        raise _read_error(source, exc) from None
     return metrics_sniff(head)
 
 
