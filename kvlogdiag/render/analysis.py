@@ -293,6 +293,8 @@ def metrics_text_lines(m: dict[str, Any]) -> list[str]:
     """The ``/metrics`` figures of a run (``runtime.metrics``), for the text output: the scrapes' peaks and
     the last scrape per engine (running, waiting, KV usage, preemptions, prefix-cache hits, TTFT/ITL)."""
     used = "used by the rules" if m.get("used_by_rules") else "beside the log's stats lines, which the rules read"
+    if not m.get("used_by_rules") and m.get("preemptions_used_by_rules"):
+        used += "; the preemptions are the scrapes' (the stats lines show none)"
     n = m.get("scrapes") or 0
     out = [f"Metrics: {n:,} scrape{'s' if n != 1 else ''} of {m.get('source')} ({used}): max KV usage "
            f"{fmt_num(m.get('kv_usage_max_pct'), 1)} % ({m.get('kv_usage_metric') or '—'}), running max "
