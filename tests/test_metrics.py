@@ -449,3 +449,29 @@ def test_scrapes_for_a_stuck_analysis_are_bounded():
     for _ in range(100):
         p.metrics(sc)
     assert len(p.feed.items) == wmod.METRICS_PENDING_MAX and p.metrics_dropped == 100 - wmod.METRICS_PENDING_MAX
+
+
+def _scrape(running: int, waiting: int, usage: float, preemptions: int = 0) -> str:
+    lab = 'engine="0",model_name="m"'
+    return (f"# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+            f"# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{{{lab}}} {running}.0\n"
+            f"# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n"
+            f"# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{{{lab}}} {waiting}.0\n"
+            f"# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.\n"
+            f"# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{{{lab}}} {usage}\n"
+            f"# HELP vllm:num_preemptions_total Cumulative number of preemption from the engine.\n"
+            f"# TYPE vllm:num_preemptions_total counter\nvllm:num_preemptions_total{{{lab}}} {preemptions}.0\n")
+
+
+def test_single_running_with_a_queue_fires_kvd005_from_scrapes(tmp_path):
+    """KVD005's 'one request runs while others wait with KV room' reads scrape samples like stats lines."""
+    saved = tmp_path / "saved.txt"
+    saved.write_text(_scrape(1, 5, 0.10) + _scrape(1, 7, 0.12) + _scrape(1, 9, 0.15) + _scrape(1, 6, 0.18))
+    (a,) = Analyzer().analyze_source(str(saved)).runs
+    (f,) = [x for x in a.findings if x.rule == "KVD005"]
+    assert "In 4 of 4 busy metrics samples (100%)" in f.message and "at most 18.0% on those lines" in f.message
+    assert f.evidence == 'vllm:num_requests_running{engine="0",model_name="m"} 1.0' and f.line == 3
+    # the same samples with a preemption counter that grew: the queue waited for KV blocks, no KVD005
+    saved.write_text(_scrape(1, 5, 0.10) + _scrape(1, 7, 0.12, 2) + _scrape(1, 9, 0.15, 2) + _scrape(1, 6, 0.18, 3))
+    (b,) = Analyzer().analyze_source(str(saved)).runs
+    assert "KVD005" not in [x.rule for x in b.findings] and "KVD012" in [x.rule for x in b.findings]
