@@ -151,6 +151,45 @@ class StatsSummary:
             b.count += 1
             b.last = fact
 
+    def add_sample(self, running: int, waiting: int, fact: Fact, *, engine: int | None = None,
+                   preemptions: int | None = None, usages: tuple[float, ...] = (), hit: float | None = None,
+                   deferred: int = 0) -> tuple[bool, bool]:
+        """One runtime sample — a periodic stats line, or one engine of a ``/metrics`` scrape — into the
+        aggregates. Returns (the KV usage peak rose, a lone running request held a queue)."""
+        self.lines += 1
+        if engine is not None:
+            self.engines.add(engine)
+        self.running_max = running if self.running_max is None else max(self.running_max, running)
+        self.waiting_max = waiting if self.waiting_max is None else max(self.waiting_max, waiting)
+        if running or waiting:
+            self.busy_lines += 1
+        if preemptions is not None:
+            self.preemptions_total += preemptions
+            if preemptions:
+                self.preemption_lines += 1
+                if self.preemption_first is None:
+                    self.preemption_first = fact
+        peak_rose = False
+        for u in usages:
+            peak = self.kv_usage_max
+            self.add_kv_usage(u, fact)
+            peak_rose = peak_rose or peak is None or u > peak
+        if hit is not None:
+            self.prefix_hit_last = hit
+        if deferred:
+            self.deferred_lines += 1
+        # vLLM >= 0.20 counts the Deferred requests (blocked on remote KV, grammar, streamed input) in
+        # Waiting (loggers.py), which no step budget could have admitted
+        single = running == 1 and waiting - deferred > 0
+        if single:
+            self.single_running_with_queue += 1
+            if self.single_running_first is None:
+                self.single_running_first = fact
+            usage = usages[-1] if usages else None
+            if usage is not None and (self.single_running_kv_usage_max is None or usage > self.single_running_kv_usage_max):
+                self.single_running_kv_usage_max = usage
+        return peak_rose, single
+
     def _at_or_above(self, pct: float) -> list[UsageBucket]:
         lo = threshold_step(pct)
         return [b for s, b in self.kv_usage_hist.items() if s >= lo]
@@ -218,6 +257,13 @@ class LogFacts:
     kv_sized: bool = False
     startup_complete: Fact | None = None
     line_hits: dict = field(default_factory=dict)  # user-rule line regex → (count, first Fact)
+    #: runtime samples from Prometheus ``/metrics`` scrapes (kvlogdiag.input.metrics), kept apart from the
+    #: stats lines: the rules read them when the run has no stats lines (`runtime_from`)
+    metrics: StatsSummary = field(default_factory=StatsSummary)
+    metrics_info: dict | None = None  # scrapes, source, interval, last scrape's per-engine figures
+    metrics_input: bool = False  # the input itself is a saved scrape, not a log
+    runtime_from: str = "log"  # where `stats` came from: "log", or "metrics" (set by the pipeline)
+    preemptions_from: str = "log"  # where `stats`' preemption figures came from (the scrapes' counter can see more)
     startup: dict | None = None  # start-up verdict of extract/failures.StartupTracker (failed, cause, ...)
 
     def add_config(self, key: str, fact: Fact) -> None:
