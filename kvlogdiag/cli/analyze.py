@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any, Callable
 
@@ -9,8 +10,21 @@ import click
 
 from kvlogdiag.cli.common import build_analyzer, err, fail_exit, report_rule_errors, rule_options
 from kvlogdiag.cli.exit import ExitCode
+from kvlogdiag.cli.output import (
+    CI_FORMATS,
+    Output,
+    check_target,
+    ci_text,
+    finish,
+    output_options,
+    statistics_format_error,
+    statistics_text,
+)
 from kvlogdiag.input.reader import DEFAULT_MAX_BYTES, InputError
 from kvlogdiag.render.analysis import render_json, render_markdown, render_text
+from kvlogdiag.render.ci import logs_from_analyses, rule_info
+from kvlogdiag.render.colour import style_text
+from kvlogdiag.render.summary import summary_text
 from kvlogdiag.rules.engine import RuleLoadError
 
 RUN_HELP = ("Which server start of each input: last (the current one), first, a run number (1 = first), or all "
@@ -29,30 +43,43 @@ def _check_run(ctx, param, value):
 
 @click.command()
 @click.argument("inputs", nargs=-1, metavar="[FILE|-]...")
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", *CI_FORMATS]), default="text", show_default=True,
+              help="text, json, markdown; for CI: sarif (code scanning), github (workflow annotations), junit (test report).")
 @click.option("--max-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_BYTES, show_default=True,
               help="Stop reading an input after this many (decompressed) bytes: guards against decompression bombs.")
 @run_option
 @rule_options
-def analyze(inputs: tuple[str, ...], fmt: str, max_bytes: int, run: str | None, **kw: Any) -> ExitCode:
+@output_options()
+def analyze(inputs: tuple[str, ...], fmt: str, max_bytes: int, run: str | None, output: str | None = None,
+            quiet: bool = False, statistics: bool = False, **kw: Any) -> ExitCode:
     """Analyse one or more logs (paths or - for stdin; gzip/bz2/xz/zstd detected automatically).
 
     A log with several server starts (a restarted server appending to its log) is analysed per
     start: each figure and finding belongs to one run. Interleaved output of several containers
     (docker compose logs, kubectl logs --prefix) is analysed per container."""
+    analyzer = build_analyzer(kw, inputs)
     if not inputs and sys.stdin.isatty():
         err("no input: give a log file, or pipe one in (kvlogdiag analyze - < server.log)")
         return ExitCode.ERROR
-    analyzer = build_analyzer(kw)
+    problem = statistics_format_error(fmt, statistics) or check_target(output)
+    folders = [src for src in inputs if src != "-" and os.path.isdir(src)]
+    if folders:
+        problem = f"{folders[0]}: is a folder; analyze reads log files — for a folder of logs use: kvlogdiag scan {folders[0]}"
+    if problem:
+        err(problem)
+        return ExitCode.ERROR
     opts = analyzer.options
+    out = Output(output, quiet)
     results = []
     failed: list[str] = []
+    unreadable: list[tuple[str, str]] = []
     for src in inputs or ("-",):
         try:
             results.extend(analyzer.analyze_source_split(src, max_bytes))  # one per container
         except InputError as exc:
             err(str(exc))
             failed.append(str(exc))
+            unreadable.append((src, str(exc)))
         except RuleLoadError as exc:  # --strict-rules
             err(str(exc))
             return ExitCode.ERROR
@@ -64,12 +91,19 @@ def analyze(inputs: tuple[str, ...], fmt: str, max_bytes: int, run: str | None, 
         err(str(exc))
         return ExitCode.ERROR
     fatal = report_rule_errors(analyzer)
-    if fmt == "json":
-        click.echo(render_json([r.to_json(run or "last", opts.min_severity) for r in results]))
+    code = ExitCode.ERROR if failed or fatal else fail_exit(shown, opts.fail_on)
+    colour = None
+    if statistics or fmt in CI_FORMATS:
+        logs = logs_from_analyses(shown, opts.min_severity, unreadable)
+        if statistics:
+            text = statistics_text(logs, fmt)
+        else:
+            text = ci_text(fmt, logs, [rule_info(r) for r in analyzer.rules.rules], opts.fail_on, "analyze", code)
+    elif fmt == "json":
+        text = render_json([r.to_json(run or "last", opts.min_severity) for r in results]) + "\n"
     elif fmt == "markdown":
-        click.echo(render_markdown(shown, opts.min_severity), nl=False)
+        text = render_markdown(shown, opts.min_severity)
     else:
-        click.echo(render_text(shown, opts.min_severity), nl=False)
-    if failed or fatal:
-        return ExitCode.ERROR
-    return fail_exit(shown, opts.fail_on)
+        text = render_text(shown, opts.min_severity) + summary_text(shown, opts.min_severity, len(inputs or ("-",)))
+        colour = style_text
+    return finish(out, text, code, colour)

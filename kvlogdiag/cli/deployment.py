@@ -10,8 +10,19 @@ import click
 from kvlogdiag import __version__
 from kvlogdiag.cli.common import build_analyzer, err, report_rule_errors, rule_options
 from kvlogdiag.cli.exit import ExitCode
+from kvlogdiag.cli.output import (
+    CI_FORMATS,
+    Output,
+    check_target,
+    ci_text,
+    finish,
+    output_options,
+    statistics_format_error,
+    statistics_text,
+)
 from kvlogdiag.input.reader import DEFAULT_MAX_BYTES, InputError
 from kvlogdiag.modes.deployment import GROUP_BY, Workload, deployments_from_logs, render_text
+from kvlogdiag.render.ci import logs_from_deployments, rule_info
 from kvlogdiag.result import Severity
 from kvlogdiag.rules.deployment_rules import load_deployment_rules
 from kvlogdiag.rules.engine import RuleLoadError
@@ -32,7 +43,8 @@ def _split_specs(kw: dict[str, Any], names: set[str], codes: list[str]) -> dict[
 
 @click.command()
 @click.argument("paths", nargs=-1, required=True, metavar="PATH...")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["text", "json", *CI_FORMATS]), default="text", show_default=True,
+              help="text, json; for CI: sarif, github (workflow annotations), junit (one test case per log).")
 @click.option("--avg-output-len", type=click.IntRange(min=1), default=None,
               help="Average output length in tokens (with --avg-prompt-len: the D/P capacity figures).")
 @click.option("--group-by", type=click.Choice(GROUP_BY), default="auto", show_default=True,
@@ -42,8 +54,10 @@ def _split_specs(kw: dict[str, Any], names: set[str], codes: list[str]) -> dict[
 @click.option("--max-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_BYTES, show_default=True,
               help="Stop reading a log after this many (decompressed) bytes.")
 @rule_options
+@output_options()
 def deployment(paths: tuple[str, ...], fmt: str, avg_output_len: int | None, group_by: str, host_ram_gib: float | None,
-               max_bytes: int, **kw: Any) -> ExitCode:
+               max_bytes: int, output: str | None = None, quiet: bool = False, statistics: bool = False,
+               **kw: Any) -> ExitCode:
     """Judge the logs of a PD deployment together: P and D nodes, DP groups, hosts.
 
     PATH is a log, a directory (read recursively) or a glob. Prints one row per log and the findings
@@ -52,7 +66,11 @@ def deployment(paths: tuple[str, ...], fmt: str, avg_output_len: int | None, gro
     host memory per host, versions. Exit 1 when a deployment finding reaches --fail-on."""
     rules = load_deployment_rules()  # built-in only: a --rules folder holds single-log rules (engine.py loads every *.toml)
     mine = _split_specs(kw, {r.name for r in rules.rules}, [r.code for r in rules.rules])
-    analyzer = build_analyzer(kw)
+    analyzer = build_analyzer(kw, paths)
+    problem = statistics_format_error(fmt, statistics) or check_target(output)
+    if problem:
+        err(problem)
+        return ExitCode.ERROR
     opts = analyzer.options
     select = mine["select"] or ([] if not mine["extend_select"] else [r.code for r in rules.rules])
     rules = rules.selected(select + mine["extend_select"], mine["ignore"] + mine["extend_ignore"])
@@ -72,12 +90,18 @@ def deployment(paths: tuple[str, ...], fmt: str, avg_output_len: int | None, gro
     fatal = report_rule_errors(analyzer)
     for e in errors:
         click.echo(f"kvlogdiag: rule error: {e}", err=True)
-    if fmt == "json":
-        click.echo(json.dumps({"tool": "kvlogdiag", "version": __version__,
-                               "deployments": [d.to_json(opts.min_severity) for d in deps]}, indent=2, ensure_ascii=False))
-    else:
-        click.echo(render_text(deps, opts.min_severity), nl=False)
-    if fatal or (errors and opts.strict_rules):
-        return ExitCode.ERROR
     limit = Severity.threshold(opts.fail_on)
-    return ExitCode.FINDINGS if any(f.severity >= limit for d in deps for f in d.findings) else ExitCode.OK
+    if fatal or (errors and opts.strict_rules):
+        code = ExitCode.ERROR
+    else:
+        code = ExitCode.FINDINGS if any(f.severity >= limit for d in deps for f in d.findings) else ExitCode.OK
+    if statistics or fmt in CI_FORMATS:
+        logs = logs_from_deployments(deps, opts.min_severity)
+        text = statistics_text(logs, fmt) if statistics else \
+            ci_text(fmt, logs, [rule_info(r) for r in rules.rules], opts.fail_on, "deployment", code)
+    elif fmt == "json":
+        text = json.dumps({"tool": "kvlogdiag", "version": __version__,
+                           "deployments": [d.to_json(opts.min_severity) for d in deps]}, indent=2, ensure_ascii=False) + "\n"
+    else:
+        text = render_text(deps, opts.min_severity)
+    return finish(Output(output, quiet), text, code)
