@@ -21,7 +21,10 @@ def counts(findings: Iterable) -> str:
 
 def summary_text(shown: list[Analysis], min_severity: str = "info", inputs: int = 1) -> str:
     """``Summary`` (per input: runs, bytes per token of its current run, findings) when several inputs or
-    containers were analysed, and always the last line with the severity counts of everything shown."""
+    containers were analysed, and the last line with the severity counts of everything shown (nothing
+    when no input could be read: the errors on stderr say it all)."""
+    if not shown:
+        return ""
     out: list[str] = []
     groups: dict[tuple[str, str | None], list[Analysis]] = {}
     for a in shown:

@@ -16,8 +16,8 @@ def fmt_duration(seconds: float | None) -> str:
         return "—"
     if seconds < 0:
         return "-" + fmt_duration(-seconds)
-    if seconds < 1:
-        return f"{seconds * 1000:,.0f} ms"
+    if seconds < 0.9995:
+        return f"{seconds * 1000:.0f} ms"
     if seconds < 60:
         return f"{seconds:.1f} s" if seconds < 59.95 else "59.9 s"
     s = int(seconds)
