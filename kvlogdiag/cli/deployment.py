@@ -23,6 +23,7 @@ from kvlogdiag.cli.output import (
 from kvlogdiag.input.reader import DEFAULT_MAX_BYTES, InputError
 from kvlogdiag.modes.deployment import GROUP_BY, Workload, deployments_from_logs, render_text
 from kvlogdiag.render.ci import logs_from_deployments, rule_info
+from kvlogdiag.render.colour import style_text
 from kvlogdiag.result import Severity
 from kvlogdiag.rules.deployment_rules import load_deployment_rules
 from kvlogdiag.rules.engine import RuleLoadError
@@ -104,4 +105,4 @@ def deployment(paths: tuple[str, ...], fmt: str, avg_output_len: int | None, gro
                            "deployments": [d.to_json(opts.min_severity) for d in deps]}, indent=2, ensure_ascii=False) + "\n"
     else:
         text = render_text(deps, opts.min_severity)
-    return finish(Output(output, quiet), text, code)
+    return finish(Output(output, quiet), text, code, style_text if fmt == "text" and not statistics else None)

@@ -8,6 +8,8 @@ import click
 
 from kvlogdiag.cli.common import build_analyzer, err, fail_exit, report_rule_errors, rule_options
 from kvlogdiag.cli.exit import ExitCode
+from kvlogdiag.cli.output import check_target
+from kvlogdiag.fileio import write_atomic
 from kvlogdiag.input.reader import DEFAULT_MAX_BYTES, InputError
 from kvlogdiag.modes.report import ReportError, make_report, read_input
 from kvlogdiag.render.redact import escape_controls
@@ -51,7 +53,11 @@ def report(source: str | None, clipboard: bool, fmt: str, output: str | None, re
     if clipboard and source is not None:
         err("give a FILE or --clipboard, not both")
         return ExitCode.ERROR
-    analyzer = build_analyzer(kw)
+    analyzer = build_analyzer(kw, [source] if source else [])
+    problem = check_target(output)
+    if problem:
+        err(problem)
+        return ExitCode.ERROR
     opts = analyzer.options
     try:
         result = read_input(analyzer, source, clipboard, max_bytes, lambda msg: click.echo(msg, err=True), container)
@@ -61,11 +67,10 @@ def report(source: str | None, clipboard: bool, fmt: str, output: str | None, re
         return ExitCode.ERROR
     fatal = report_rule_errors(analyzer)
     if output:
-        try:
-            with open(output, "w", encoding="utf-8", newline="\n") as fp:
-                fp.write(escape_controls(text))  # as on stdout: the file is read in a terminal too
+        try:  # atomically: a failed write leaves the previous report whole
+            write_atomic(output, escape_controls(text))  # as on stdout: the file is read in a terminal too
         except OSError as exc:
-            err(f"{output}: cannot write ({exc.strerror or exc})")
+            err(f"{output}: cannot write ({exc.strerror or exc}); the previous file is kept")
             return ExitCode.ERROR
         click.echo(f"kvlogdiag: wrote {output}", err=True)
     else:
