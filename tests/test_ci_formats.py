@@ -298,3 +298,18 @@ def test_statistics_counts_per_rule(runner):
 def test_statistics_for_deployment_count_a_shared_finding_once(runner):
     res = invoke(runner, "deployment", "--statistics", "sample_logs/deployments/pd-version-differs")
     assert res.stdout.split() == ["1", "KVD110", "[warning]", "pd-version-mismatch"]
+
+
+def test_a_failed_write_is_exit_2_and_keeps_the_previous_file(runner, tmp_path, monkeypatch):
+    import kvlogdiag.cli.output as output
+
+    def full_disk(path, text):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(output, "write_atomic", full_disk)
+    target = tmp_path / "out.sarif"
+    target.write_text("previous")
+    res = invoke(runner, "analyze", "--format", "sarif", "-o", target, "sample_logs/v1_single_gpu.log")
+    assert res.exit_code == 2 and res.stdout == ""
+    assert res.stderr == f"kvlogdiag: error: {target}: cannot write (No space left on device); the previous file is kept\n"
+    assert target.read_text() == "previous"
