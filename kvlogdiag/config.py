@@ -266,7 +266,7 @@ def find_config_for(inputs: Iterable[str] = ()) -> tuple[tuple[Path, dict] | Non
         found = find_config(dirs[0])
         how = f"found from the folder of the first input ({dirs[0]}) upwards"
         if found:
-            for d in dirs[1:]:
+            for d in dict.fromkeys(x.resolve() for x in dirs[1:]):  # each folder once (a shell glob of 1,000 logs)
                 other = find_config(d)
                 if other and other[0].resolve() != found[0].resolve():
                     notes.append(f"{d} is below {other[0]}, which is not used: the settings come from {found[0]} "

@@ -11,12 +11,12 @@ from __future__ import annotations
 import io
 import re
 import sys
-from typing import Callable
-
-from rich.console import Console
-from rich.text import Text
+from typing import TYPE_CHECKING, Callable
 
 from kvlogdiag.render.redact import SafeText
+
+if TYPE_CHECKING:  # rich is imported only when colour is printed: a piped run never loads it
+    from rich.text import Text
 
 _STYLES: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^== .*$", re.M), "bold"),
@@ -40,16 +40,20 @@ def plain(text: str) -> str:
     return buf.getvalue()
 
 
-def style_text(text: str) -> Text:
+def style_text(text: str) -> "Text":
     """The text output with the colours of severities, headings and fixes."""
+    from rich.text import Text
+
     t = Text(plain(text), no_wrap=True, end="")
     for pattern, style in _STYLES:
         t.highlight_regex(pattern, style)
     return t
 
 
-def print_coloured(text: str, styler: Callable[[str], Text]) -> None:
+def print_coloured(text: str, styler: Callable[[str], "Text"]) -> None:
     """Print ``styler(text)`` on the terminal behind stdout (past `SafeText`, which would drop the colour)."""
+    from rich.console import Console
+
     stream = sys.stdout
     inner = stream._inner if isinstance(stream, SafeText) else stream  # noqa: SLF001 - our own wrapper
     console = Console(file=inner, force_terminal=True, soft_wrap=True, highlight=False, markup=False, emoji=False)
