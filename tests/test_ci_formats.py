@@ -313,3 +313,13 @@ def test_a_failed_write_is_exit_2_and_keeps_the_previous_file(runner, tmp_path, 
     assert res.exit_code == 2 and res.stdout == ""
     assert res.stderr == f"kvlogdiag: error: {target}: cannot write (No space left on device); the previous file is kept\n"
     assert target.read_text() == "previous"
+
+
+def test_analyze_deployment_takes_the_ci_formats_too(runner, tmp_path):
+    folder = "sample_logs/deployments/pd-version-differs"
+    direct = invoke(runner, "deployment", "--format", "sarif", folder)
+    via = invoke(runner, "analyze", "--deployment", "--format", "sarif", "-o", tmp_path / "d.sarif", folder)
+    assert via.exit_code == direct.exit_code and via.stdout == ""
+    doc = json.loads((tmp_path / "d.sarif").read_text(encoding="utf-8"))
+    validate(doc)
+    assert doc["runs"][0]["results"] == json.loads(direct.stdout)["runs"][0]["results"]

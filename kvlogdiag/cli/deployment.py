@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Callable
 
 import click
 
@@ -20,6 +20,7 @@ from kvlogdiag.cli.output import (
     statistics_format_error,
     statistics_text,
 )
+from kvlogdiag.deployment_result import Deployment
 from kvlogdiag.input.reader import DEFAULT_MAX_BYTES, InputError
 from kvlogdiag.modes.deployment import GROUP_BY, Workload, deployments_from_logs, render_text
 from kvlogdiag.render.ci import logs_from_deployments, rule_info
@@ -42,67 +43,106 @@ def _split_specs(kw: dict[str, Any], names: set[str], codes: list[str]) -> dict[
     return mine
 
 
-@click.command()
-@click.argument("paths", nargs=-1, required=True, metavar="PATH...")
-@click.option("--format", "fmt", type=click.Choice(["text", "json", *CI_FORMATS]), default="text", show_default=True,
-              help="text, json; for CI: sarif, github (workflow annotations), junit (one test case per log).")
-@click.option("--avg-output-len", type=click.IntRange(min=1), default=None,
-              help="Average output length in tokens (with --avg-prompt-len: the D/P capacity figures).")
-@click.option("--group-by", type=click.Choice(GROUP_BY), default="auto", show_default=True,
-              help="How logs are split into deployments: auto (connector peers and model within each PATH), dir (one per PATH), model, all.")
-@click.option("--host-ram-gib", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="RAM of each host, GiB: compared with the pinned offload buffers of the ranks on it.")
-@click.option("--max-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_BYTES, show_default=True,
-              help="Stop reading a log after this many (decompressed) bytes.")
-@rule_options
-@output_options()
-def deployment(paths: tuple[str, ...], fmt: str, avg_output_len: int | None, group_by: str, host_ram_gib: float | None,
-               max_bytes: int, output: str | None = None, quiet: bool = False, statistics: bool = False,
-               **kw: Any) -> ExitCode:
-    """Judge the logs of a PD deployment together: P and D nodes, DP groups, hosts.
+def deployment_options(func: Callable) -> Callable:
+    """The options ``deployment`` and ``analyze --deployment`` share (besides the rule options)."""
+    for opt in reversed((
+        click.option("--avg-output-len", type=click.IntRange(min=1), default=None,
+                     help="Average output length in tokens (with --avg-prompt-len: the D/P capacity figures; "
+                          "without both, inferred from the stats lines where they allow it)."),
+        click.option("--group-by", type=click.Choice(GROUP_BY), default=None,
+                     help="How logs are split into deployments: auto (connector peers and model within each PATH; "
+                          "the default), dir (one per PATH), model, all."),
+        click.option("--host-ram-gib", type=click.FloatRange(min=0, min_open=True), default=None,
+                     help="RAM of each host, GiB: compared with the pinned offload buffers of the ranks on it."),
+    )):
+        func = opt(func)
+    return func
 
-    PATH is a log, a directory (read recursively) or a glob. Prints one row per log and the findings
-    of the deployment rules (KVD101...): what P and D must agree on, the declared peer layout, kv_role
-    pairing, offload connectors per side, D/P capacity at --avg-prompt-len/--avg-output-len, pinned
-    host memory per host, versions. Exit 1 when a deployment finding reaches --fail-on."""
+
+def load_deployments(paths: tuple[str, ...], kw: dict[str, Any], avg_output_len: int | None, group_by: str | None,
+                     host_ram_gib: float | None, max_bytes: int) -> tuple[list[Deployment], Any, list[str], bool]:
+    """Analyse and group the logs as ``deployment`` does: (deployments, analyzer, rule errors, fatal).
+
+    Raises `InputError` / `RuleLoadError` (exit 2) and `click.UsageError` for no logs at all."""
     rules = load_deployment_rules()  # built-in only: a --rules folder holds single-log rules (engine.py loads every *.toml)
     mine = _split_specs(kw, {r.name for r in rules.rules}, [r.code for r in rules.rules])
     analyzer = build_analyzer(kw, paths)
-    problem = statistics_format_error(fmt, statistics) or check_target(output)
-    if problem:
-        err(problem)
-        return ExitCode.ERROR
     opts = analyzer.options
     select = mine["select"] or ([] if not mine["extend_select"] else [r.code for r in rules.rules])
     rules = rules.selected(select + mine["extend_select"], mine["ignore"] + mine["extend_ignore"])
     workload = Workload(opts.avg_prompt_len, avg_output_len, host_ram_gib)
     errors: list[str] = []
-    try:
-        deps = deployments_from_logs(paths, analyzer, workload, group_by, max_bytes, rules, errors)
-    except InputError as exc:
-        err(str(exc))
-        return ExitCode.ERROR
-    except RuleLoadError as exc:
-        err(str(exc))
-        return ExitCode.ERROR
+    deps = deployments_from_logs(paths, analyzer, workload, group_by or "auto", max_bytes, rules, errors)
     if not deps or not any(d.nodes for d in deps):
-        err(f"no logs found in {', '.join(paths)}")
-        return ExitCode.ERROR
+        raise InputError(f"no logs found in {', '.join(paths)}")
     fatal = report_rule_errors(analyzer)
     for e in errors:
         click.echo(f"kvlogdiag: rule error: {e}", err=True)
+    return deps, analyzer, errors, fatal
+
+
+def deployment_json(deps: list[Deployment], min_severity: str) -> str:
+    """The ``--format json`` document of ``deployment`` (docs/deployment.schema.json)."""
+    return json.dumps({"tool": "kvlogdiag", "version": __version__,
+                       "deployments": [d.to_json(min_severity) for d in deps]}, indent=2, ensure_ascii=False)
+
+
+def run_deployment(paths: tuple[str, ...], fmt: str, kw: dict[str, Any], avg_output_len: int | None,
+                   group_by: str | None, host_ram_gib: float | None, max_bytes: int, output: str | None = None,
+                   quiet: bool = False, statistics: bool = False) -> ExitCode:
+    """``deployment`` and ``analyze --deployment``: one grouping, one result, text / json / markdown / CI formats."""
+    if fmt not in ("text", "json", "markdown", *CI_FORMATS):  # analyze may offer formats of single-log analyses only
+        err(f"--format {fmt}: a deployment prints text, json, markdown, sarif, github or junit")
+        return ExitCode.ERROR
+    problem = statistics_format_error(fmt, statistics) or check_target(output)
+    if problem:
+        err(problem)
+        return ExitCode.ERROR
+    try:
+        deps, analyzer, errors, fatal = load_deployments(paths, kw, avg_output_len, group_by, host_ram_gib, max_bytes)
+    except (InputError, RuleLoadError) as exc:
+        err(str(exc))
+        return ExitCode.ERROR
+    opts = analyzer.options
     limit = Severity.threshold(opts.fail_on)
     if fatal or (errors and opts.strict_rules):
         code = ExitCode.ERROR
     else:
         code = ExitCode.FINDINGS if any(f.severity >= limit for d in deps for f in d.findings) else ExitCode.OK
+    colour = None
     if statistics or fmt in CI_FORMATS:
         logs = logs_from_deployments(deps, opts.min_severity)
         text = statistics_text(logs, fmt) if statistics else \
-            ci_text(fmt, logs, [rule_info(r) for r in rules.rules], opts.fail_on, "deployment", code)
+            ci_text(fmt, logs, [rule_info(r) for r in load_deployment_rules().rules], opts.fail_on, "deployment", code)
     elif fmt == "json":
-        text = json.dumps({"tool": "kvlogdiag", "version": __version__,
-                           "deployments": [d.to_json(opts.min_severity) for d in deps]}, indent=2, ensure_ascii=False) + "\n"
+        text = deployment_json(deps, opts.min_severity) + "\n"
+    elif fmt == "markdown":
+        from kvlogdiag.render.deployment import render_markdown
+
+        text = render_markdown(deps, opts.min_severity)
     else:
         text = render_text(deps, opts.min_severity)
-    return finish(Output(output, quiet), text, code, style_text if fmt == "text" and not statistics else None)
+        colour = style_text
+    return finish(Output(output, quiet), text, code, colour)
+
+
+@click.command()
+@click.argument("paths", nargs=-1, required=True, metavar="PATH...")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", *CI_FORMATS]), default="text", show_default=True,
+              help="text, json, markdown; for CI: sarif, github (workflow annotations), junit (one test case per log).")
+@deployment_options
+@click.option("--max-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_BYTES, show_default=True,
+              help="Stop reading a log after this many (decompressed) bytes.")
+@rule_options
+@output_options()
+def deployment(paths: tuple[str, ...], fmt: str, avg_output_len: int | None, group_by: str | None,
+               host_ram_gib: float | None, max_bytes: int, output: str | None = None, quiet: bool = False,
+               statistics: bool = False, **kw: Any) -> ExitCode:
+    """Judge the logs of a PD deployment together: P and D nodes, DP groups, hosts.
+
+    PATH is a log, a directory (read recursively) or a glob. Prints one row per log and the findings
+    of the deployment rules (KVD101...): what P and D must agree on, the declared peer layout, kv_role
+    pairing, offload connectors per side, D/P capacity at --avg-prompt-len/--avg-output-len (or the
+    workload the stats lines show), pinned host memory per host, versions. Exit 1 when a deployment
+    finding reaches --fail-on. The same as ``analyze --deployment``."""
+    return run_deployment(paths, fmt, kw, avg_output_len, group_by, host_ram_gib, max_bytes, output, quiet, statistics)
