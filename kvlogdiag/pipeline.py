@@ -212,8 +212,11 @@ class Analyzer:
     def analyze_facts(self, facts: LogFacts) -> Analysis:
         """Figures and findings of one run's facts."""
         derived = derive(facts)
-        findings = evaluate(self.rules, facts, derived, self.options, self.rule_errors)
-        return build_analysis(facts, derived, findings)
+        suggestions: list[dict] = []
+        findings = evaluate(self.rules, facts, derived, self.options, self.rule_errors, suggestions)
+        analysis = build_analysis(facts, derived, findings)
+        analysis.suggestions = suggestions
+        return analysis
 
     def analyze_stream_split(self, fh: BinaryIO, source: str) -> list[InputAnalysis]:
         """One `InputAnalysis` per container of ``fh`` (one for a log of one server): see `ContainerSessions`."""
@@ -269,6 +272,9 @@ def build_analysis(facts: LogFacts, d: dict[str, Any], findings: list[dict]) -> 
         startup=d.get("startup"),
         evidence=_first_lines(facts),
         extra={k: v for k, v in d.items() if k not in known},
+        launch_args={src: {k: LogLine(f.line, f.rank, f.raw, f.value) for k, f in args.items()}
+                     for src, args in facts.launch_args.items()},
+        stats_series={k: dict(v) for k, v in facts.stats.series.items()},
     )
 
 

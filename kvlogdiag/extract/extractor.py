@@ -326,12 +326,15 @@ class Extractor:
     # -- args / config -------------------------------------------------------------------------
 
     def _args_dict(self, d: dict, fact: Fact, source: str) -> None:
+        every = self.facts.launch_args.setdefault(source, {})
         for k, v in d.items():
             if not isinstance(k, str):
                 continue
             key = _ARG_ALIASES.get(k, k)
             if key == "model" and k == "model_tag" and "model" in d:
                 continue
+            if v is not None and not (source in _USER_SOURCES and commands.is_placeholder(v)):
+                every[key] = self._with(fact, unwrap_path(v), source)
             if key in CONFIG_KEYS:
                 v = unwrap_path(v)
                 if isinstance(v, dict) and v.get(CLASS_KEY):
@@ -363,8 +366,10 @@ class Extractor:
         if m.group("version"):
             self.facts.version.append(self._with(fact, m.group("version"), "engine_config"))
         kv = _drop_cut_entry(split_key_values(m.group("body")), line)
+        every = self.facts.launch_args.setdefault("engine_config", {})
         for k, raw in kv.items():
             key = _ARG_ALIASES.get(k, k)
+            every[key] = self._with(fact, scalar(raw), "engine_config")
             if key == "device_config":
                 dev = raw.strip("'\" ")
                 dm = re.search(r"(cuda|npu|cpu|xpu|tpu|hpu|rocm|neuron)", dev)
@@ -910,6 +915,7 @@ class Extractor:
             st.engines.add(int(m.group("engine")))
         if m.group("swapped") is not None:
             self.facts.engine.append(self._with(fact, "v0", "v0_stats")) if not self.facts.engine else None
+        prompt_tps, gen_tps, hit = _float(m.group("prompt_tps")), _float(m.group("gen_tps")), None
         st.running_max = running if st.running_max is None else max(st.running_max, running)
         st.waiting_max = waiting if st.waiting_max is None else max(st.waiting_max, waiting)
         if running or waiting:
@@ -937,6 +943,7 @@ class Extractor:
                         self._emit("kv_usage_peak", self._with(fact, u))
                 elif tm.group("hit") is not None:
                     st.prefix_hit_last = float(tm.group("hit"))
+                    hit = st.prefix_hit_last
                 elif tm.group("deferred") is not None:
                     deferred = int(tm.group("deferred"))
         if deferred:
@@ -951,6 +958,9 @@ class Extractor:
             if st.workload_first is None:
                 st.workload_first = fact
             st.workload_last = fact
+        # distributions over active lines only: how many idle lines follow a load depends on timing
+        if running or waiting or prompt_tps or gen_tps:
+            st.add_samples((prompt_tps, gen_tps, running, waiting, usage, hit))
         # vLLM >= 0.20 prints Waiting including the Deferred requests (blocked on remote KV, grammar, streamed
         # input: loggers.py), which no step budget could have admitted
         if running == 1 and waiting - deferred > 0:

@@ -48,6 +48,9 @@ def provenance_kind(source: str) -> str:
     return "log"
 
 
+# the figures of a stats line kept as distributions (StatsSummary.series)
+SERIES = ("prompt_throughput", "generation_throughput", "running", "waiting", "kv_usage_pct", "prefix_cache_hit_pct")
+SERIES_MAX_VALUES = 4096
 KV_USAGE_STEPS = 1000  # histogram resolution: 0.1 % (vLLM prints the usage with one decimal)
 JSON_KV_USAGE_HIGH_PCT = 90.0  # runtime.kv_usage_high_lines of the JSON contract (docs/json-output.md); rules use their own params
 
@@ -115,6 +118,25 @@ class StatsSummary:
     kv_usage_running_sum: float = 0.0  # sum of the KV usage % of those lines
     workload_first: Fact | None = None
     workload_last: Fact | None = None
+    # value → number of active stats lines (running, waiting or throughput > 0), per figure (SERIES): the
+    # distributions ``diff`` compares (p50/p90/max)
+    series: dict[str, dict[float, int]] = field(default_factory=dict)
+
+    def add_samples(self, values: tuple) -> None:
+        """Count one active stats line's figures, in SERIES order (None: not on the line); one call per
+        line (the hot path of a long log). A figure with SERIES_MAX_VALUES distinct values keeps later
+        values to 3 significant digits, so memory stays bounded however long the log."""
+        series = self.series
+        if not series:
+            series.update((name, {}) for name in SERIES)
+        for name, value in zip(SERIES, values):
+            if value is None:
+                continue
+            counts = series[name]
+            if len(counts) >= SERIES_MAX_VALUES:
+                value = float(f"{value:.3g}")
+            counts[value] = counts.get(value, 0) + 1
+
 
     def add_kv_usage(self, pct: float, fact: Fact) -> None:
         self.kv_usage_samples += 1
@@ -175,6 +197,9 @@ class LogFacts:
     platform: list[Fact] = field(default_factory=list)
     config: dict[str, list[Fact]] = field(default_factory=dict)
     env: dict[str, Fact] = field(default_factory=dict)
+    # every argument as each kind of line stated it, whether kvlogdiag tracks it or not: source
+    # (non_default_args, args_namespace, user_command, ..., engine_config) → argparse dest → Fact
+    launch_args: dict[str, dict[str, Fact]] = field(default_factory=dict)
     available: list[Fact] = field(default_factory=list)  # GiB, "Available KV cache memory"
     kv_budget: list[Fact] = field(default_factory=list)  # value = (source kind, GiB)
     tokens: list[Fact] = field(default_factory=list)
