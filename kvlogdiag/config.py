@@ -1,7 +1,8 @@
 """Project configuration: ``kvlogdiag.toml`` or ``[tool.kvlogdiag]`` in ``pyproject.toml``.
 
-Looked up from the current directory upwards (first file found wins); command-line flags win over
-the file. Keys: ``select``, ``extend-select``, ``ignore``, ``extend-ignore`` (lists of codes, code
+Looked up from the first input's folder upwards, then from the current directory upwards (first file
+found wins; ``--config FILE`` names it, ``--isolated`` reads none); command-line flags win over the
+file (docs/configuration.md). Keys: ``select``, ``extend-select``, ``ignore``, ``extend-ignore`` (lists of codes, code
 prefixes or names), ``fail-on``, ``min-severity``, ``rules`` (list of folders, relative to the file),
 ``role``, ``p99-len``, ``avg-prompt-len``, ``strict-rules`` and a ``[params.KVD004]`` table per rule
 to change thresholds.
@@ -30,8 +31,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["ConfigError", "LEVELS", "ROLES", "find_config", "load_options", "load_settings", "nesting_line",
-           "options_from_file", "toml_error_line"]
+__all__ = ["ConfigError", "KEYS", "LEVELS", "ROLES", "find_config", "find_config_for", "load_options", "load_settings",
+           "nesting_line", "options_from_file", "toml_error_line"]
 
 ROLES = ("prefill", "decode", "mixed")
 LEVELS = ("error", "warning", "info", "never")
@@ -43,6 +44,7 @@ class ConfigError(KvlogdiagError):
 
 
 _KEYS = {*SPEC_KEYS, "fail-on", "min-severity", "rules", "role", "p99-len", "avg-prompt-len", "strict-rules", "params"}
+KEYS = tuple(sorted(_KEYS))  #: every key a kvlogdiag.toml may hold (docs/configuration.md lists each with its default)
 
 
 def find_config(start: Path | None = None) -> tuple[Path, dict] | None:
@@ -236,14 +238,64 @@ def _merge(flag: list[str] | None, file_base: list[str] | None, file_extend: lis
     return (file_base or []) + file_extend + flag_extend
 
 
-def load_settings(explicit: str | None = None, **flags: Any) -> tuple[Options, RuleSet]:
+def _input_dir(arg: str) -> Path | None:
+    """The folder a command-line input names: itself (a folder), its parent (a file), the fixed part of a glob."""
+    if arg in ("-", ""):
+        return None
+    magic = min((i for i, c in enumerate(arg) if c in "*?["), default=None)
+    if magic is not None:
+        arg = arg[:magic]
+        cut = max(arg.rfind("/"), arg.rfind("\\"))
+        arg = arg[:cut + 1] if cut >= 0 else "."
+    p = Path(arg)
+    if p.is_dir():
+        return p
+    if p.parent.is_dir() and (p.exists() or magic is None):
+        return p.parent
+    return None
+
+
+def find_config_for(inputs: Iterable[str] = ()) -> tuple[tuple[Path, dict] | None, str, list[str]]:
+    """The config of a run over ``inputs``: found from the first input's folder upwards, else from the
+    working directory upwards. Also says how it was found, and notes for inputs below another config."""
+    dirs = [d for d in (_input_dir(a) for a in inputs) if d is not None]
+    notes: list[str] = []
+    found = None
+    how = ""
+    if dirs:
+        found = find_config(dirs[0])
+        how = f"found from the folder of the first input ({dirs[0]}) upwards"
+        if found:
+            for d in dict.fromkeys(x.resolve() for x in dirs[1:]):  # each folder once (a shell glob of 1,000 logs)
+                other = find_config(d)
+                if other and other[0].resolve() != found[0].resolve():
+                    notes.append(f"{d} is below {other[0]}, which is not used: the settings come from {found[0]} "
+                                 "(the first input's); give --config to choose")
+                    break
+    if not found:
+        found = find_config()
+        how = "found from the working directory upwards"
+    return found, how, notes
+
+
+def load_settings(explicit: str | None = None, *, inputs: Iterable[str] = (), isolated: bool = False,
+                  sources: dict[str, str] | None = None, **flags: Any) -> tuple[Options, RuleSet]:
     """Options from the config file (``explicit`` path or the one found), flags on top, and the loaded rules.
+
+    The file: ``explicit``; none with ``isolated``; else the first kvlogdiag.toml (or pyproject.toml with
+    [tool.kvlogdiag]) from the first input's folder upwards, else from the working directory upwards.
+    ``sources``, when given, is filled with where each setting came from (``--show-settings``):
+    ``config file`` and, per key, ``FILE:LINE``, ``--flag`` or ``default``.
 
     Raises `ConfigError` (file and line) for a bad file, `UnknownRuleError` (naming the flag) for a
     ``--select``-like flag that matches no rule, `RuleLoadError` for a bad rule folder.
     """
     base: dict[str, Any] = {}
     path: Path | None = None
+    data: dict = {}
+    src: dict[str, str] = {}
+    if explicit and isolated:
+        raise ConfigError("--config and --isolated exclude each other (--isolated: no configuration file)")
     if explicit:
         path = Path(explicit)
         if not path.is_file():
@@ -253,19 +305,39 @@ def load_settings(explicit: str | None = None, **flags: Any) -> tuple[Options, R
             tool = data.get("tool", {})
             data = tool.get("kvlogdiag", {}) if isinstance(tool, dict) else {}
         base = options_from_file(path, data)
+        src["config file"] = f"{path} (--config)"
+    elif isolated:
+        src["config file"] = "none (--isolated)"
     else:
-        found = find_config()
+        found, how, notes = find_config_for(inputs)
         if found:
-            path = found[0]
+            path, data = found
             base = options_from_file(*found)
+            src["config file"] = f"{path} ({how})"
+        else:
+            src["config file"] = "none found (from the first input's folder or the working directory upwards)"
+        for n in notes:
+            src.setdefault("notes", "")
+            src["notes"] += ("\n" if src["notes"] else "") + n
+    if path is not None:
+        for key in data:
+            if key == "params" and isinstance(data[key], dict):
+                for code, values in data[key].items():
+                    for name in values if isinstance(values, dict) else ():
+                        src[f"params.{str(code).upper()}.{name}"] = _params_line(path, code, name)
+            elif key not in SPEC_KEYS:
+                src[key] = _key_line(path, key)
     specs = {k: flags.pop(k, None) for k in ("select", "ignore", "extend_select", "extend_ignore")}
     for k, v in flags.items():
         if v is None or v == () or v == []:
             continue
+        flag = "--rules" if k == "rule_dirs" else f"--{k.replace('_', '-')}"
         if k == "rule_dirs":
             base[k] = list(base.get(k, [])) + list(v)
+            src["rules"] = f"{src['rules']} + {flag}" if "rules" in src else flag
         else:
             base[k] = v
+            src[k.replace("_", "-")] = flag
     rules = load_rules(base.get("rule_dirs", ()))
     if path is not None:
         _check_file_specs(path, base, rules)
@@ -277,11 +349,25 @@ def load_settings(explicit: str | None = None, **flags: Any) -> tuple[Options, R
                 rules.check_spec(spec)
             except UnknownRuleError as exc:
                 raise UnknownRuleError(spec, f"--{k.replace('_', '-')}: {exc.message}") from None
+    for key in ("select", "ignore"):
+        parts = []
+        if cli[key] is not None:
+            parts.append(f"--{key}")
+        else:
+            for k in (key, f"extend-{key}"):
+                if path is not None and k in data:
+                    parts.append(_key_line(path, k))
+        if cli[f"extend_{key}"]:
+            parts.append(f"--extend-{key}")
+        if parts:
+            src[key] = " + ".join(parts)
     chose = cli["select"] or base.get("select")
     select = _merge(cli["select"], base.pop("select", None), base.pop("extend_select", []), cli["extend_select"] or [])
     if not chose:  # no select anywhere: the default set (every rule) already holds the extensions
         select = []
     ignore = _merge(cli["ignore"], base.pop("ignore", None), base.pop("extend_ignore", []), cli["extend_ignore"] or [])
+    if sources is not None:
+        sources.update(src)
     return Options(**base, select=select, ignore=ignore), rules
 
 

@@ -12,6 +12,7 @@ import gzip
 import json
 import lzma
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -212,7 +213,7 @@ def test_jobs_1_and_2_give_the_same_rows(tree):
 
 def _state_counts(stderr: str) -> tuple[int, int, int]:
     line = next(ln for ln in stderr.splitlines() if ln.startswith("kvlogdiag: state:"))
-    nums = [int(w) for w in line.replace(",", " ").split() if w.isdigit()]
+    nums = [int(w.replace(",", "")) for w in re.findall(r"\d[\d,]*", line)]  # 3,000 read, 9 unchanged, ...
     return nums[0], nums[1], nums[2]  # read, unchanged, dropped
 
 

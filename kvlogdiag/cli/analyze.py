@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any, Callable
 
@@ -10,8 +11,21 @@ import click
 from kvlogdiag.cli.common import build_analyzer, err, fail_exit, report_rule_errors, rule_options
 from kvlogdiag.cli.deployment import deployment_options, run_deployment
 from kvlogdiag.cli.exit import ExitCode
+from kvlogdiag.cli.output import (
+    CI_FORMATS,
+    Output,
+    check_target,
+    ci_text,
+    finish,
+    output_options,
+    statistics_format_error,
+    statistics_text,
+)
 from kvlogdiag.input.reader import DEFAULT_MAX_BYTES, InputError
 from kvlogdiag.render.analysis import render_json, render_markdown, render_text
+from kvlogdiag.render.ci import logs_from_analyses, rule_info
+from kvlogdiag.render.colour import style_text
+from kvlogdiag.render.summary import summary_text
 from kvlogdiag.rules.engine import RuleLoadError
 
 RUN_HELP = ("Which server start of each input: last (the current one), first, a run number (1 = first), or all "
@@ -30,7 +44,8 @@ def _check_run(ctx, param, value):
 
 @click.command()
 @click.argument("inputs", nargs=-1, metavar="[FILE|-]...")
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", *CI_FORMATS]), default="text", show_default=True,
+              help="text, json, markdown; for CI: sarif (code scanning), github (workflow annotations), junit (test report).")
 @click.option("--max-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_BYTES, show_default=True,
               help="Stop reading an input after this many (decompressed) bytes: guards against decompression bombs.")
 @run_option
@@ -38,9 +53,10 @@ def _check_run(ctx, param, value):
               help="Judge the inputs as the logs of one PD deployment (files, folders, globs): as `kvlogdiag deployment`.")
 @deployment_options
 @rule_options
+@output_options()
 def analyze(inputs: tuple[str, ...], fmt: str, max_bytes: int, run: str | None, as_deployment: bool = False,
             avg_output_len: int | None = None, group_by: str | None = None, host_ram_gib: float | None = None,
-            **kw: Any) -> ExitCode:
+            output: str | None = None, quiet: bool = False, statistics: bool = False, **kw: Any) -> ExitCode:
     """Analyse one or more logs (paths or - for stdin; gzip/bz2/xz/zstd detected automatically).
 
     A log with several server starts (a restarted server appending to its log) is analysed per
@@ -54,25 +70,36 @@ def analyze(inputs: tuple[str, ...], fmt: str, max_bytes: int, run: str | None, 
         if not inputs or "-" in inputs:
             err("--deployment needs the logs' paths (files, folders or globs), not stdin")
             return ExitCode.ERROR
-        return run_deployment(inputs, fmt, kw, avg_output_len, group_by, host_ram_gib, max_bytes)
+        return run_deployment(inputs, fmt, kw, avg_output_len, group_by, host_ram_gib, max_bytes, output, quiet, statistics)
     given = [name for name, v in (("--avg-output-len", avg_output_len), ("--group-by", group_by),
                                   ("--host-ram-gib", host_ram_gib)) if v is not None]
     if given:
         err(f"{', '.join(given)}: only with --deployment")
         return ExitCode.ERROR
+    analyzer = build_analyzer(kw, inputs)
     if not inputs and sys.stdin.isatty():
         err("no input: give a log file, or pipe one in (kvlogdiag analyze - < server.log)")
         return ExitCode.ERROR
-    analyzer = build_analyzer(kw)
+    problem = statistics_format_error(fmt, statistics) or check_target(output)
+    folders = [src for src in inputs if src != "-" and os.path.isdir(src)]
+    if folders:
+        problem = (f"{folders[0]}: is a folder; analyze reads log files — for a folder of logs use: "
+                   f"kvlogdiag scan {folders[0]} (or analyze --deployment for the logs of one P/D deployment)")
+    if problem:
+        err(problem)
+        return ExitCode.ERROR
     opts = analyzer.options
+    out = Output(output, quiet)
     results = []
     failed: list[str] = []
+    unreadable: list[tuple[str, str]] = []
     for src in inputs or ("-",):
         try:
             results.extend(analyzer.analyze_source_split(src, max_bytes))  # one per container
         except InputError as exc:
             err(str(exc))
             failed.append(str(exc))
+            unreadable.append((src, str(exc)))
         except RuleLoadError as exc:  # --strict-rules
             err(str(exc))
             return ExitCode.ERROR
@@ -84,12 +111,19 @@ def analyze(inputs: tuple[str, ...], fmt: str, max_bytes: int, run: str | None, 
         err(str(exc))
         return ExitCode.ERROR
     fatal = report_rule_errors(analyzer)
-    if fmt == "json":
-        click.echo(render_json([r.to_json(run or "last", opts.min_severity) for r in results]))
+    code = ExitCode.ERROR if failed or fatal else fail_exit(shown, opts.fail_on)
+    colour = None
+    if statistics or fmt in CI_FORMATS:
+        logs = logs_from_analyses(shown, opts.min_severity, unreadable)
+        if statistics:
+            text = statistics_text(logs, fmt)
+        else:
+            text = ci_text(fmt, logs, [rule_info(r) for r in analyzer.rules.rules], opts.fail_on, "analyze", code)
+    elif fmt == "json":
+        text = render_json([r.to_json(run or "last", opts.min_severity) for r in results]) + "\n"
     elif fmt == "markdown":
-        click.echo(render_markdown(shown, opts.min_severity), nl=False)
+        text = render_markdown(shown, opts.min_severity)
     else:
-        click.echo(render_text(shown, opts.min_severity), nl=False)
-    if failed or fatal:
-        return ExitCode.ERROR
-    return fail_exit(shown, opts.fail_on)
+        text = render_text(shown, opts.min_severity) + summary_text(shown, opts.min_severity, len(inputs or ("-",)))
+        colour = style_text
+    return finish(out, text, code, colour)

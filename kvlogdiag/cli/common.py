@@ -6,7 +6,7 @@ Commands return an `ExitCode`; errors meant for the user are `KvlogdiagError` an
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import click
 
@@ -51,20 +51,26 @@ def rule_options(func: Callable) -> Callable:
         click.option("--p99-len", type=click.IntRange(min=1), default=None, help="Workload P99 request length in tokens [default: 32768]."),
         click.option("--avg-prompt-len", type=click.IntRange(min=1), default=None, help="Average prompt length in tokens."),
         click.option("--strict-rules", is_flag=True, default=None, help="A rule that fails while evaluating is fatal (exit 2)."),
-        click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None, help="kvlogdiag.toml to use instead of the one found from the current directory."),
+        click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None, help="kvlogdiag.toml to use instead of the one found from the input's folder or the current directory."),
+        click.option("--isolated", is_flag=True, default=False, help="Read no configuration file (flags and defaults only)."),
+        click.option("--show-settings", is_flag=True, default=False, help="Print the resolved settings and the file each came from, then exit."),
     ]
     for d in reversed(decorators):
         func = d(func)
     return func
 
 
-def build_analyzer(ctx_kwargs: dict[str, Any]) -> Analyzer:
+def build_analyzer(ctx_kwargs: dict[str, Any], inputs: Iterable[str] = ()) -> Analyzer:
     """Options (config file + flags, popped from ``ctx_kwargs``) and an Analyzer over the selected rules.
 
-    Bad configuration, rules or rule specs raise `KvlogdiagError` subclasses (one-line messages).
+    The config file is looked up from the first of ``inputs`` (the command's log arguments) upwards,
+    then from the working directory. With ``--show-settings`` the settings are printed and the command
+    exits 0 here. Bad configuration, rules or rule specs raise `KvlogdiagError` subclasses (one-line messages).
     """
+    sources: dict[str, str] = {}
+    show = ctx_kwargs.pop("show_settings", False)
     opts, rules = load_settings(
-        ctx_kwargs.pop("config_path", None),
+        ctx_kwargs.pop("config_path", None), inputs=inputs, isolated=ctx_kwargs.pop("isolated", False), sources=sources,
         select=ctx_kwargs.pop("select", ()), ignore=ctx_kwargs.pop("ignore", ()),
         extend_select=ctx_kwargs.pop("extend_select", ()), extend_ignore=ctx_kwargs.pop("extend_ignore", ()),
         fail_on=ctx_kwargs.pop("fail_on", None), min_severity=ctx_kwargs.pop("min_severity", None),
@@ -72,7 +78,15 @@ def build_analyzer(ctx_kwargs: dict[str, Any]) -> Analyzer:
         p99_len=ctx_kwargs.pop("p99_len", None), avg_prompt_len=ctx_kwargs.pop("avg_prompt_len", None),
         strict_rules=ctx_kwargs.pop("strict_rules", None),
     )
-    return Analyzer(opts, rules=rules.selected(opts.select, opts.ignore))
+    for note in filter(None, sources.get("notes", "").split("\n")):
+        click.echo(f"kvlogdiag: warning: {escape_controls(note)}", err=True)
+    selected = rules.selected(opts.select, opts.ignore)
+    if show:
+        from kvlogdiag.cli.settings import render_settings
+
+        click.echo(render_settings(opts, sources, rules, selected), nl=False)
+        raise click.exceptions.Exit(0)
+    return Analyzer(opts, rules=selected)
 
 
 def report_rule_errors(analyzer: Analyzer) -> bool:

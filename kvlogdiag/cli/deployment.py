@@ -10,9 +10,21 @@ import click
 from kvlogdiag import __version__
 from kvlogdiag.cli.common import build_analyzer, err, report_rule_errors, rule_options
 from kvlogdiag.cli.exit import ExitCode
+from kvlogdiag.cli.output import (
+    CI_FORMATS,
+    Output,
+    check_target,
+    ci_text,
+    finish,
+    output_options,
+    statistics_format_error,
+    statistics_text,
+)
 from kvlogdiag.deployment_result import Deployment
 from kvlogdiag.input.reader import DEFAULT_MAX_BYTES, InputError
 from kvlogdiag.modes.deployment import GROUP_BY, Workload, deployments_from_logs, render_text
+from kvlogdiag.render.ci import logs_from_deployments, rule_info
+from kvlogdiag.render.colour import style_text
 from kvlogdiag.result import Severity
 from kvlogdiag.rules.deployment_rules import load_deployment_rules
 from kvlogdiag.rules.engine import RuleLoadError
@@ -54,7 +66,7 @@ def load_deployments(paths: tuple[str, ...], kw: dict[str, Any], avg_output_len:
     Raises `InputError` / `RuleLoadError` (exit 2) and `click.UsageError` for no logs at all."""
     rules = load_deployment_rules()  # built-in only: a --rules folder holds single-log rules (engine.py loads every *.toml)
     mine = _split_specs(kw, {r.name for r in rules.rules}, [r.code for r in rules.rules])
-    analyzer = build_analyzer(kw)
+    analyzer = build_analyzer(kw, paths)
     opts = analyzer.options
     select = mine["select"] or ([] if not mine["extend_select"] else [r.code for r in rules.rules])
     rules = rules.selected(select + mine["extend_select"], mine["ignore"] + mine["extend_ignore"])
@@ -76,10 +88,15 @@ def deployment_json(deps: list[Deployment], min_severity: str) -> str:
 
 
 def run_deployment(paths: tuple[str, ...], fmt: str, kw: dict[str, Any], avg_output_len: int | None,
-                   group_by: str | None, host_ram_gib: float | None, max_bytes: int) -> ExitCode:
-    """``deployment`` and ``analyze --deployment``: one grouping, one result, text / json / markdown."""
-    if fmt not in ("text", "json", "markdown"):  # analyze may offer formats of single-log analyses only
-        err(f"--format {fmt}: a deployment prints text, json or markdown")
+                   group_by: str | None, host_ram_gib: float | None, max_bytes: int, output: str | None = None,
+                   quiet: bool = False, statistics: bool = False) -> ExitCode:
+    """``deployment`` and ``analyze --deployment``: one grouping, one result, text / json / markdown / CI formats."""
+    if fmt not in ("text", "json", "markdown", *CI_FORMATS):  # analyze may offer formats of single-log analyses only
+        err(f"--format {fmt}: a deployment prints text, json, markdown, sarif, github or junit")
+        return ExitCode.ERROR
+    problem = statistics_format_error(fmt, statistics) or check_target(output)
+    if problem:
+        err(problem)
         return ExitCode.ERROR
     try:
         deps, analyzer, errors, fatal = load_deployments(paths, kw, avg_output_len, group_by, host_ram_gib, max_bytes)
@@ -87,29 +104,40 @@ def run_deployment(paths: tuple[str, ...], fmt: str, kw: dict[str, Any], avg_out
         err(str(exc))
         return ExitCode.ERROR
     opts = analyzer.options
-    if fmt == "json":
-        click.echo(deployment_json(deps, opts.min_severity))
+    limit = Severity.threshold(opts.fail_on)
+    if fatal or (errors and opts.strict_rules):
+        code = ExitCode.ERROR
+    else:
+        code = ExitCode.FINDINGS if any(f.severity >= limit for d in deps for f in d.findings) else ExitCode.OK
+    colour = None
+    if statistics or fmt in CI_FORMATS:
+        logs = logs_from_deployments(deps, opts.min_severity)
+        text = statistics_text(logs, fmt) if statistics else \
+            ci_text(fmt, logs, [rule_info(r) for r in load_deployment_rules().rules], opts.fail_on, "deployment", code)
+    elif fmt == "json":
+        text = deployment_json(deps, opts.min_severity) + "\n"
     elif fmt == "markdown":
         from kvlogdiag.render.deployment import render_markdown
 
-        click.echo(render_markdown(deps, opts.min_severity), nl=False)
+        text = render_markdown(deps, opts.min_severity)
     else:
-        click.echo(render_text(deps, opts.min_severity), nl=False)
-    if fatal or (errors and opts.strict_rules):
-        return ExitCode.ERROR
-    limit = Severity.threshold(opts.fail_on)
-    return ExitCode.FINDINGS if any(f.severity >= limit for d in deps for f in d.findings) else ExitCode.OK
+        text = render_text(deps, opts.min_severity)
+        colour = style_text
+    return finish(Output(output, quiet), text, code, colour)
 
 
 @click.command()
 @click.argument("paths", nargs=-1, required=True, metavar="PATH...")
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", *CI_FORMATS]), default="text", show_default=True,
+              help="text, json, markdown; for CI: sarif, github (workflow annotations), junit (one test case per log).")
 @deployment_options
 @click.option("--max-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_BYTES, show_default=True,
               help="Stop reading a log after this many (decompressed) bytes.")
 @rule_options
+@output_options()
 def deployment(paths: tuple[str, ...], fmt: str, avg_output_len: int | None, group_by: str | None,
-               host_ram_gib: float | None, max_bytes: int, **kw: Any) -> ExitCode:
+               host_ram_gib: float | None, max_bytes: int, output: str | None = None, quiet: bool = False,
+               statistics: bool = False, **kw: Any) -> ExitCode:
     """Judge the logs of a PD deployment together: P and D nodes, DP groups, hosts.
 
     PATH is a log, a directory (read recursively) or a glob. Prints one row per log and the findings
@@ -117,4 +145,4 @@ def deployment(paths: tuple[str, ...], fmt: str, avg_output_len: int | None, gro
     pairing, offload connectors per side, D/P capacity at --avg-prompt-len/--avg-output-len (or the
     workload the stats lines show), pinned host memory per host, versions. Exit 1 when a deployment
     finding reaches --fail-on. The same as ``analyze --deployment``."""
-    return run_deployment(paths, fmt, kw, avg_output_len, group_by, host_ram_gib, max_bytes)
+    return run_deployment(paths, fmt, kw, avg_output_len, group_by, host_ram_gib, max_bytes, output, quiet, statistics)

@@ -10,6 +10,8 @@ import click
 from kvlogdiag.cli.common import build_analyzer, err, fail_exit, report_rule_errors, rule_options
 from kvlogdiag.cli.deployment import deployment_options, load_deployments
 from kvlogdiag.cli.exit import ExitCode
+from kvlogdiag.cli.output import check_target
+from kvlogdiag.fileio import write_atomic
 from kvlogdiag.input.reader import DEFAULT_MAX_BYTES, InputError
 from kvlogdiag.modes.report import ReportError, make_report, read_input
 from kvlogdiag.render.redact import escape_controls
@@ -72,7 +74,11 @@ def report(sources: tuple[str, ...], clipboard: bool, fmt: str, output: str | No
     if clipboard and source is not None:
         err("give a FILE or --clipboard, not both")
         return ExitCode.ERROR
-    analyzer = build_analyzer(kw)
+    analyzer = build_analyzer(kw, [source] if source else [])
+    problem = check_target(output)
+    if problem:
+        err(problem)
+        return ExitCode.ERROR
     opts = analyzer.options
     try:
         result = read_input(analyzer, source, clipboard, max_bytes, lambda msg: click.echo(msg, err=True), container)
@@ -82,11 +88,10 @@ def report(sources: tuple[str, ...], clipboard: bool, fmt: str, output: str | No
         return ExitCode.ERROR
     fatal = report_rule_errors(analyzer)
     if output:
-        try:
-            with open(output, "w", encoding="utf-8", newline="\n") as fp:
-                fp.write(escape_controls(text))  # as on stdout: the file is read in a terminal too
+        try:  # atomically: a failed write leaves the previous report whole
+            write_atomic(output, escape_controls(text))  # as on stdout: the file is read in a terminal too
         except OSError as exc:
-            err(f"{output}: cannot write ({exc.strerror or exc})")
+            err(f"{output}: cannot write ({exc.strerror or exc}); the previous file is kept")
             return ExitCode.ERROR
         click.echo(f"kvlogdiag: wrote {output}", err=True)
     else:
@@ -101,11 +106,10 @@ def _write(text: str, output: str | None) -> bool:
     if not output:
         click.echo(text, nl=False)
         return True
-    try:
-        with open(output, "w", encoding="utf-8", newline="\n") as fp:
-            fp.write(escape_controls(text))
+    try:  # atomically: a failed write leaves the previous report whole
+        write_atomic(output, escape_controls(text))
     except OSError as exc:
-        err(f"{output}: cannot write ({exc.strerror or exc})")
+        err(f"{output}: cannot write ({exc.strerror or exc}); the previous file is kept")
         return False
     click.echo(f"kvlogdiag: wrote {output}", err=True)
     return True
@@ -118,6 +122,10 @@ def _deployment_report(sources: tuple[str, ...], fmt: str, output: str | None, r
     from kvlogdiag.render.deployment import make_report as deployment_report
     from kvlogdiag.result import Severity
 
+    problem = check_target(output)
+    if problem:
+        err(problem)
+        return ExitCode.ERROR
     try:
         deps, analyzer, errors, fatal = load_deployments(sources, kw, avg_output_len, group_by, host_ram_gib, max_bytes)
     except (InputError, RuleLoadError) as exc:

@@ -10,6 +10,16 @@ import click
 
 from kvlogdiag.cli.common import build_analyzer, err, rule_options
 from kvlogdiag.cli.exit import ExitCode
+from kvlogdiag.cli.output import (
+    CI_FORMATS,
+    Output,
+    check_target,
+    ci_text,
+    finish,
+    output_options,
+    statistics_format_error,
+    statistics_text,
+)
 from kvlogdiag.input.reader import DEFAULT_MAX_BYTES
 from kvlogdiag.modes.deployment import GROUP_BY, deployment_column
 from kvlogdiag.modes.scan import (
@@ -31,6 +41,7 @@ from kvlogdiag.modes.scan import (
     to_frame,
     write_output,
 )
+from kvlogdiag.render.ci import logs_from_rows, rule_info
 from kvlogdiag.render.redact import escape_controls
 
 
@@ -42,20 +53,23 @@ from kvlogdiag.render.redact import escape_controls
 @click.option("--exclude", multiple=True, metavar="GLOB", help="Skip files whose name or relative path matches; repeatable.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, help="Worker processes [default: the CPU count].")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
-              help="Write the rows to FILE: .csv, .parquet, .json, .jsonl or .md by extension.")
+              help="Write the rows to FILE: .csv, .parquet, .json, .jsonl or .md by extension; .sarif, or any name "
+                   "with --format sarif|github|junit: that document instead of stdout.")
 @click.option("--state", "state_path", type=click.Path(dir_okay=False), default=None,
               help="Remember what was scanned in FILE: re-scans read only new or changed files.")
 @click.option("--max-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_BYTES, show_default=True,
               help="Per file: stop after this many decompressed bytes (decompression bombs) → an error row.")
-@click.option("--format", "fmt_out", type=click.Choice(["table", "json", "jsonl", "csv", "markdown"]), default="table",
-              show_default=True, help="stdout: summary tables, or every row as JSON / JSON lines / CSV / Markdown.")
+@click.option("--format", "fmt_out", type=click.Choice(["table", "json", "jsonl", "csv", "markdown", *CI_FORMATS]), default="table",
+              show_default=True, help="stdout: summary tables, or every row as JSON / JSON lines / CSV / Markdown; for CI: "
+                                      "sarif, github (workflow annotations), junit (one test case per file).")
 @click.option("--progress/--no-progress", default=None, help="Progress bar [default: when stderr is a terminal].")
 @click.option("--group-by", type=click.Choice(GROUP_BY), default=None,
               help="Add a 'deployment' column: the PD deployment each file belongs to, grouped as `kvlogdiag deployment --group-by`.")
 @rule_options
+@output_options(with_output=False)
 def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, ...], jobs: int | None,
          output: str | None, state_path: str | None, max_bytes: int, fmt_out: str, progress: bool | None,
-         group_by: str | None = None, **kw: Any) -> ExitCode:
+         group_by: str | None = None, quiet: bool = False, statistics: bool = False, **kw: Any) -> ExitCode:
     """Scan an archive of logs (folders, globs, compressed files): one row per server start of each file, summaries, --output.
 
     \b
@@ -67,6 +81,15 @@ def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, .
     """
     t0 = time.monotonic()
     fmt: str | None = None
+    ci_output: str | None = None  # -o gets the SARIF / GitHub / JUnit document
+    if output and fmt_out == "table" and os.path.splitext(output)[1].lower() == ".sarif":
+        fmt_out = "sarif"
+    if output and fmt_out in CI_FORMATS:
+        ci_output, output = output, None
+    problem = statistics_format_error(fmt_out, statistics) or check_target(ci_output)
+    if problem:
+        err(problem)
+        return ExitCode.ERROR
     if output:
         ext = os.path.splitext(output)[1].lower()
         fmt = OUTPUT_FORMATS.get(ext)
@@ -91,7 +114,7 @@ def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, .
             if os.path.isdir(target):
                 err(f"{what} {target}: is a folder")
                 return ExitCode.ERROR
-    analyzer = build_analyzer(kw)
+    analyzer = build_analyzer(kw, paths)
     opts = analyzer.options
 
     state: dict | None = None
@@ -201,20 +224,24 @@ def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, .
             err(f"{output}: {exc}")
             return ExitCode.ERROR
 
-    if fmt_out == "table":
+    if finder.missing or state_failed or (opts.strict_rules and rule_errors):
+        code = ExitCode.ERROR
+    else:
+        code = ExitCode(fail_exit_rows(ordered, opts.fail_on))
+    if statistics or fmt_out in CI_FORMATS:
+        logs = logs_from_rows(ordered, opts.min_severity)
+        text = statistics_text(logs, fmt_out) if statistics else \
+            ci_text(fmt_out, logs, [rule_info(r) for r in analyzer.rules.rules], opts.fail_on, "scan", code)
+    elif fmt_out == "table":
         df = to_frame(ordered)
         counts = {"analysed": len(todo), "cached": cached, "dropped": dropped}
-        click.echo(summary_tables(df, analyzer.rules.by_code(), time.monotonic() - t0, counts), nl=False)
+        text = summary_tables(df, analyzer.rules.by_code(), time.monotonic() - t0, counts)
     else:
-        click.echo(render_rows(fmt_out, ordered), nl=False)
-    if state_path:
-        click.echo(f"kvlogdiag: state: {len(todo)} read, {cached} unchanged, {dropped} dropped", err=True)
-
-    if finder.missing or state_failed:
-        return ExitCode.ERROR
-    if opts.strict_rules and rule_errors:
-        return ExitCode.ERROR
-    return ExitCode(fail_exit_rows(ordered, opts.fail_on))
+        text = render_rows(fmt_out, ordered)
+    code = finish(Output(ci_output, quiet), text, code)
+    if state_path and not quiet:
+        click.echo(f"kvlogdiag: state: {len(todo):,} read, {cached:,} unchanged, {dropped:,} dropped", err=True)
+    return code
 
 
 def _lacks_peer(rows: list[dict]) -> bool:

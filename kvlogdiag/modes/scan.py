@@ -32,6 +32,7 @@ from kvlogdiag.modes.deployment import peer_record
 from kvlogdiag.pipeline import Analyzer
 from kvlogdiag.render.analysis import md_escape
 from kvlogdiag.render.redact import escape_controls
+from kvlogdiag.render.units import fmt_duration
 from kvlogdiag.result import Analysis, Severity
 from kvlogdiag.rules.engine import RuleLoadError, builtin_rule_files
 
@@ -39,7 +40,7 @@ DEFAULT_INCLUDE = ("*.log*", "*.out*", "*.txt*", "*.gz", "*.zst", "*.xz", "*.bz2
 HEAD_BYTES = 64 << 10
 STATE_FORMAT = "kvlogdiag-scan-state"
 STATE_VERSION = 1
-ROW_SCHEMA = 4  # bump when the row columns change: old state rows are then re-computed
+ROW_SCHEMA = 5  # bump when the row columns change: old state rows are then re-computed
 CHECKPOINT_S = 10.0  # --state: write progress this often during a long scan
 
 COLUMNS = (
@@ -358,6 +359,9 @@ def row_from_analysis(source: str, a: Analysis) -> dict[str, Any]:
         "n_info": sum(1 for f in fs if f.severity == Severity.INFO),
         "findings": ",".join(codes) or None,
         "error": None,
+        # not a column: the findings themselves, for scan --format sarif|github|junit (kvlogdiag/render/ci.py)
+        "_findings": [{"rule": f.rule, "name": f.name, "severity": f.severity.label, "message": f.message,
+                       "fix": f.fix, "line": f.line} for f in fs],
         # not a column: what `scan --group-by` groups on (modes/deployment.py, deployment_column)
         "deployment_peer": peer_record(a),
     })
@@ -503,6 +507,15 @@ def _bad_state_record(rec: Any) -> str | None:
         for c, v in row.items():
             if v is None:
                 continue
+            if c == "_findings":
+                if not isinstance(v, list) or not all(isinstance(d, dict) and isinstance(d.get("rule"), str)
+                                                      and d.get("severity") in ("error", "warning", "info")
+                                                      and isinstance(d.get("message", ""), str)
+                                                      and (d.get("line") is None or (isinstance(d["line"], int)
+                                                                                     and not isinstance(d["line"], bool)))
+                                                      for d in v):
+                    return f".rows[{i}]._findings must be a list of findings"
+                continue
             if c in INT_COLUMNS:
                 ok = isinstance(v, int) and not isinstance(v, bool)
                 want = "an integer"
@@ -617,9 +630,9 @@ def summary_tables(df, rules_by_code: dict, elapsed: float, counts: dict) -> str
     from tabulate import tabulate
 
     nfiles = df["source"].nunique() if len(df) else 0
-    out = [f"{nfiles} files, {len(df)} server starts ({counts['analysed']} files read, {counts['cached']} unchanged from state"
-           + (f", {counts['dropped']} dropped from state" if counts.get("dropped") else "")
-           + f") in {elapsed:.1f} s"]
+    out = [f"{nfiles:,} files, {len(df):,} server starts ({counts['analysed']:,} files read, {counts['cached']:,} unchanged from state"
+           + (f", {counts['dropped']:,} dropped from state" if counts.get("dropped") else "")
+           + f") in {fmt_duration(elapsed)}"]
 
     def worst(r) -> str:
         if isinstance(r["error"], str):
@@ -632,8 +645,9 @@ def summary_tables(df, rules_by_code: dict, elapsed: float, counts: dict) -> str
     if len(df):
         w = df.apply(worst, axis=1)
         order = ["error", "warning", "info", "clean", "unreadable"]
-        rows = [[k, int((w == k).sum())] for k in order if int((w == k).sum())]
-        out += ["", "Runs by worst finding", tabulate(rows, headers=["severity", "runs"], tablefmt="simple")]
+        rows = [[k, f"{int((w == k).sum()):,}"] for k in order if int((w == k).sum())]
+        out += ["", "Runs by worst finding", tabulate(rows, headers=["severity", "runs"], tablefmt="simple",
+                                                      disable_numparse=True, colalign=("left", "right"))]
         counter: dict[str, int] = {}
         for codes in df["findings"].dropna():
             for code in dict.fromkeys(str(codes).split(",")):
@@ -641,16 +655,17 @@ def summary_tables(df, rules_by_code: dict, elapsed: float, counts: dict) -> str
         top = []
         for code, n in sorted(counter.items(), key=lambda kv: (-kv[1], kv[0])):
             rule = rules_by_code.get(code)
-            top.append([code, rule.name if rule is not None else "", n])
+            top.append([code, rule.name if rule is not None else "", f"{n:,}"])
         if top:
             out += ["", "Top rules (runs in which each fired)",
-                    tabulate(top[:15], headers=["rule", "name", "runs"], tablefmt="simple")]
+                    tabulate(top[:15], headers=["rule", "name", "runs"], tablefmt="simple", disable_numparse=True,
+                             colalign=("left", "left", "right"))]
         ok = df[df["bytes_per_token"].notna()]
         if len(ok):
             g = ok.assign(model=ok["model"].fillna("?"), vllm_version=ok["vllm_version"].fillna("?")) \
                   .groupby(["model", "vllm_version"])["bytes_per_token"]
             agg = g.agg(["count", "min", "median", "max"]).reset_index().sort_values(["model", "vllm_version"])
-            rows = [[r.model, r.vllm_version, int(r["count"]), f"{r['min']:,.0f}", f"{r['median']:,.0f}", f"{r['max']:,.0f}"]
+            rows = [[r.model, r.vllm_version, f"{int(r['count']):,}", f"{r['min']:,.0f}", f"{r['median']:,.0f}", f"{r['max']:,.0f}"]
                     for _, r in agg.head(30).iterrows()]
             out += ["", "bytes per token (per rank) by model and vLLM version",
                     tabulate(rows, headers=["model", "vLLM", "runs", "min", "median", "max"], tablefmt="simple",
@@ -658,10 +673,10 @@ def summary_tables(df, rules_by_code: dict, elapsed: float, counts: dict) -> str
         bad = df[df["error"].notna()]
         if len(bad):
             rows = [[r.source, r.error] for r in bad.head(10).itertuples()]
-            out += ["", f"Unreadable ({len(bad)})", tabulate(rows, headers=["file", "error"], tablefmt="simple",
+            out += ["", f"Unreadable ({len(bad):,})", tabulate(rows, headers=["file", "error"], tablefmt="simple",
                                                               maxcolwidths=[60, 70])]
             if len(bad) > 10:
-                out.append(f"... and {len(bad) - 10} more (see --output)")
+                out.append(f"... and {len(bad) - 10:,} more (see --output)")
     return "\n".join(out) + "\n"
 
 

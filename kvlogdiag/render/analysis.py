@@ -166,8 +166,8 @@ def render_text(analyses: list[Analysis], min_severity: str = "info", errors: It
         if kv.gpu_blocks:
             lines.append(("V0 blocks", ", ".join(fmt_num(x) for x in kv.gpu_blocks)))
         for length, (lo, hi, n) in kv.max_concurrency_by_length.items():
-            span = f"{lo:.2f}x" if lo == hi else f"{lo:.2f}x–{hi:.2f}x"
-            lines.append((f"max concurrency @ {length:,} tokens", span + (f"  ({n} lines)" if n > 1 else "")))
+            span = f"{lo:,.2f}x" if lo == hi else f"{lo:,.2f}x–{hi:,.2f}x"
+            lines.append((f"max concurrency @ {length:,} tokens", span + (f"  ({n:,} lines)" if n > 1 else "")))
         if kv.bytes_per_token_note:
             lines.append(("note", kv.bytes_per_token_note))
         out.append(tabulate(lines, tablefmt="plain"))
@@ -184,14 +184,14 @@ def render_text(analyses: list[Analysis], min_severity: str = "info", errors: It
         if rt["stats_lines"] or rt["preemptions"] or rt.get("recompute_preemptions"):
             out.append("")
             out.append(f"Runtime: {rt['stats_lines']:,} {'metrics samples' if rt.get('source') == 'metrics' else 'stats lines'}, max KV usage {fmt_num(rt['kv_usage_max_pct'], 1)} %, "
-                       f"preemptions: {rt['preemptions']} V0 warnings / {rt.get('stats_preemptions_total', 0)} in V1 stats"
-                       f" / {rt.get('recompute_preemptions', 0)} RecomputeScheduler")
+                       f"preemptions: {fmt_num(rt['preemptions'])} V0 warnings / {fmt_num(rt.get('stats_preemptions_total', 0))} in V1 stats"
+                       f" / {fmt_num(rt.get('recompute_preemptions', 0))} RecomputeScheduler")
         if rt.get("metrics"):
             out.extend(metrics_text_lines(rt["metrics"]))
         fs = visible_findings(a, min_severity)
         out.append("")
         if fs:
-            out.append(f"Findings ({len(fs)})")
+            out.append(f"Findings ({len(fs):,})")
             for f in fs:
                 loc = f"{a.source}:{f.line}" if f.line else a.source
                 out.append(f"  {loc}: {f.rule} [{f.severity.label}] {f.name}")
