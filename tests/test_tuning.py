@@ -390,3 +390,22 @@ def test_budget_suggestion_stays_within_what_vllm_accepts(tmp_path):
                    "'max_model_len': 2048, 'max_num_seqs': 1, 'max_num_batched_tokens': 1024}\n", encoding="utf-8")
     row = _rows(suggest_json(str(log), "--avg-prompt-len", "1500"))["--max-num-batched-tokens"]
     assert (row["now"], row["suggested"]) == (1024, 2048)
+
+
+@pytest.mark.parametrize("args", [
+    ["diff", str(DATA / "mnbt8192.log"), str(DATA / "mnbt32768.log")],
+    ["suggest", "sample_logs/ascend_dsv4_p_node.log"],
+])
+def test_diff_and_suggest_write_to_a_file_and_can_be_quiet(args, tmp_path):
+    from click.testing import CliRunner
+
+    from kvlogdiag.cli.main import cli
+
+    plain = CliRunner().invoke(cli, [*args, "--fail-on", "never"])
+    out = tmp_path / "out.txt"
+    written = CliRunner().invoke(cli, [*args, "--fail-on", "never", "-o", str(out)])
+    assert written.exit_code == plain.exit_code == 0 and written.stdout == "" and out.read_text() == plain.stdout
+    quiet = CliRunner().invoke(cli, [*args, "--fail-on", "never", "--quiet"])
+    assert quiet.exit_code == 0 and quiet.stdout == ""
+    missing = CliRunner().invoke(cli, [*args, "-o", str(tmp_path / "no" / "such" / "dir" / "x")])
+    assert missing.exit_code == 2 and "does not exist" in missing.stderr

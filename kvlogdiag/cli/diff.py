@@ -9,9 +9,9 @@ import click
 
 from kvlogdiag.cli.common import build_analyzer, err, fail_exit, report_rule_errors, rule_options
 from kvlogdiag.cli.exit import ExitCode
+from kvlogdiag.cli.output import Output, check_target, finish
 from kvlogdiag.input.reader import DEFAULT_MAX_BYTES, InputError
 from kvlogdiag.modes.diff import DiffError, compare, parse_side, render_markdown, render_text, select_run
-from kvlogdiag.render.redact import escape_controls
 from kvlogdiag.rules.engine import RuleLoadError
 
 
@@ -22,8 +22,12 @@ from kvlogdiag.rules.engine import RuleLoadError
               help="text for a terminal, json (docs/diff.schema.json), markdown for a PR or an issue.")
 @click.option("--max-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_BYTES, show_default=True,
               help="Stop reading each input after this many (decompressed) bytes.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Write the output to FILE instead of stdout (replaced atomically).")
+@click.option("-q", "--quiet", is_flag=True, default=False,
+              help="Print nothing on stdout: only the exit code and errors (stderr) tell.")
 @rule_options
-def diff(before: str, after: str, fmt: str, max_bytes: int, **kw: Any) -> ExitCode:
+def diff(before: str, after: str, fmt: str, max_bytes: int, output: str | None, quiet: bool, **kw: Any) -> ExitCode:
     """Compare two server starts: the settings that changed, the KV figures, the stats, the findings.
 
     BEFORE and AFTER are logs, or runs of one log: FILE@N (N = 1 for the first start), FILE@first,
@@ -34,7 +38,11 @@ def diff(before: str, after: str, fmt: str, max_bytes: int, **kw: Any) -> ExitCo
     kvlogdiag diff baseline.log tuned.log
     kvlogdiag diff server.log@1 server.log@2 --format markdown > pr-comment.md
     """
-    analyzer = build_analyzer(kw)
+    problem = check_target(output)
+    if problem:
+        err(problem)
+        return ExitCode.ERROR
+    analyzer = build_analyzer(kw, inputs=tuple(p.rsplit("@", 1)[0] for p in [before, after]))
     sides = []
     try:
         cache: dict[str, Any] = {}
@@ -50,9 +58,9 @@ def diff(before: str, after: str, fmt: str, max_bytes: int, **kw: Any) -> ExitCo
         return ExitCode.ERROR
     doc = compare(sides[0], sides[1], analyzer.options.min_severity)
     if fmt == "json":
-        click.echo(json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False))
+        text = json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
     elif fmt == "markdown":
-        click.echo(escape_controls(render_markdown(doc)), nl=False)
+        text = render_markdown(doc)
     else:
-        click.echo(escape_controls(render_text(doc)), nl=False)
-    return fail_exit([sides[1]], analyzer.options.fail_on)  # AFTER is the server as it is now
+        text = render_text(doc)
+    return finish(Output(output, quiet), text, fail_exit([sides[1]], analyzer.options.fail_on))  # AFTER is the server as it is now

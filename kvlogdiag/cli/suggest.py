@@ -9,10 +9,10 @@ import click
 
 from kvlogdiag.cli.common import build_analyzer, err, fail_exit, report_rule_errors, rule_options
 from kvlogdiag.cli.exit import ExitCode
+from kvlogdiag.cli.output import Output, check_target, finish
 from kvlogdiag.input.reader import DEFAULT_MAX_BYTES, InputError
 from kvlogdiag.modes.diff import DiffError, parse_side, select_run
 from kvlogdiag.modes.suggest import build_suggestion, render_markdown, render_text
-from kvlogdiag.render.redact import escape_controls
 from kvlogdiag.rules.engine import RuleLoadError
 
 
@@ -22,8 +22,12 @@ from kvlogdiag.rules.engine import RuleLoadError
               help="text for a terminal, json, markdown for a PR or an issue.")
 @click.option("--max-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_BYTES, show_default=True,
               help="Stop reading after this many (decompressed) bytes.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Write the output to FILE instead of stdout (replaced atomically).")
+@click.option("-q", "--quiet", is_flag=True, default=False,
+              help="Print nothing on stdout: only the exit code and errors (stderr) tell.")
 @rule_options
-def suggest(source: str, fmt: str, max_bytes: int, **kw: Any) -> ExitCode:
+def suggest(source: str, fmt: str, max_bytes: int, output: str | None, quiet: bool, **kw: Any) -> ExitCode:
     """The server's launch command rebuilt from LOG, with each finding's fix applied (one setting each).
 
     LOG@N picks a server start of a restarted log (N = 1 for the first); default: the current one.
@@ -34,7 +38,11 @@ def suggest(source: str, fmt: str, max_bytes: int, **kw: Any) -> ExitCode:
     kvlogdiag suggest server.log
     kvlogdiag suggest server.log --p99-len 16384 --format markdown
     """
-    analyzer = build_analyzer(kw)
+    problem = check_target(output)
+    if problem:
+        err(problem)
+        return ExitCode.ERROR
+    analyzer = build_analyzer(kw, inputs=tuple(p.rsplit("@", 1)[0] for p in [source]))
     try:
         path, which = parse_side(source)
         a = select_run(analyzer.analyze_source(path, max_bytes), which)
@@ -45,9 +53,9 @@ def suggest(source: str, fmt: str, max_bytes: int, **kw: Any) -> ExitCode:
         return ExitCode.ERROR
     doc = build_suggestion(a)
     if fmt == "json":
-        click.echo(json.dumps({"tool": "kvlogdiag", "kind": "suggest", **doc}, indent=2, ensure_ascii=False, allow_nan=False))
+        text = json.dumps({"tool": "kvlogdiag", "kind": "suggest", **doc}, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
     elif fmt == "markdown":
-        click.echo(escape_controls(render_markdown(doc)), nl=False)
+        text = render_markdown(doc)
     else:
-        click.echo(escape_controls(render_text(doc)), nl=False)
-    return fail_exit([a], analyzer.options.fail_on)
+        text = render_text(doc)
+    return finish(Output(output, quiet), text, fail_exit([a], analyzer.options.fail_on))
