@@ -128,6 +128,16 @@ _MD_CLOSE = re.compile(r"(?<=\S)[*_`]{1,3}$")
 # an exception inside backticks anywhere in a line of prose (or a wrapper's message), as text or repr
 _TICKED_EXC = re.compile(r"`[^`]*?(?P<exc_text>(?<![\w.])(?P<name>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception))"
                          r"(?:: [^`]{8,}|\((?P<q>[\"'])[^`]{8,}(?P=q)\)))`")
+_DQUOTED_EXC = re.compile(r'"(?P<exc_text>(?P<name>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): [^"]{8,})"')
+# Python's own AttributeError text, logged at ERROR as str(e) without the exception's name (V0 engine.py)
+_ATTR_MSG = re.compile(r"^'[\w.]+' object has no attribute '\w+'$")
+# vLLM's CLI flags named in a message (`--enable-auto-tool-choice and --enable-reasoning cannot be …`)
+_FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9]*(?:-[a-z0-9]+)+\b")
+# the next line of a plain (unlogged) exception message: a sentence, not another record, warning or path
+# Python's warnings module: "path.py:LINE: CategoryWarning: message"
+_PY_WARNING = re.compile(r"^\S+\.py:\d+: \w*Warning: ")
+_CONTINUATION = re.compile(r"^(?:[A-Z][a-z]|'[\w.]+' object\b)")
+_NOT_CONTINUATION = re.compile(r"[Ww]arning\b|\d{4}-\d\d-\d\d[T ]\d\d:\d\d|^\S+\.py:\d+|\[rank\d+\]")
 _QUOTED_EXC = re.compile(r"""^["'](?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception): \S""")
 # a traceback frame whose start the paste cut off (`vllm/model_executor/models/x.py", line 53, in __init__`)
 _CUT_FRAME = re.compile(r'^[^"\s]+\.py", line \d+, in \w+$')
@@ -232,6 +242,10 @@ class StartupTracker:
         self._refine_until = 0  # a wrapper cause (NCCL's "unhandled cuda error") the next lines may state more exactly
         self._bare: _Candidate | None = None  # an exception line without any log evidence (a one-line paste)
         self._weak: _Candidate | None = None  # a catalogued cause vLLM logged at WARNING (it waits, then fails)
+        self._warning_tail = 0  # the line that continues a Python warning ("x.py:7: RuntimeWarning: …:")
+        self._error_line: _Candidate | None = None  # vLLM's first ERROR record that states no exception (last resort)
+        # a cause whose message may go on on the next lines: (candidate, last line, process, level, lines left)
+        self._continue: tuple[_Candidate, int, str | None, str | None, int] | None = None
         self._ignore_next: set[str | None] = set()  # processes whose next traceback Python reports as ignored
         # called with the verdict the moment a cause line is read (watch mode reports it then)
         self.listeners: list[Callable[[dict[str, Any]], None]] = []
@@ -302,6 +316,21 @@ class StartupTracker:
             joined = self._join_from == line.number - 1 and self._try_join(line, level, body_s)
             self._join_from = 0
             if joined:
+                return
+        if line.number == self._warning_tail:
+            return  # the message of the Python warning on the line before, not an error of its own
+        if body_s.endswith(":") and _PY_WARNING.match(body_s):
+            self._warning_tail = line.number + 1
+        if self._continue is not None:
+            cand, last, cproc, clevel, left = self._continue
+            self._continue = None
+            if line.number == last + 1 and proc == cproc and cand in (self.cause, self._bare) and clevel is None \
+                    and split_level(text)[0] is None and _CONTINUATION.match(body_s) and not _EXC.match(body_s) \
+                    and not body_s.startswith(("Traceback", "The above exception", "During handling")) \
+                    and not _NOT_CONTINUATION.search(body_s) and not self.cat.is_echo(body_s) and len(cand.text) < 800:
+                # the message of the exception goes on (huggingface_hub's gated-repo error, transformers'
+                # "because of the following error …:" and the error it wraps): the cause's text, not a new line
+                cand.text = f"{cand.text} {body_s}"
                 return
         if body_s.startswith("Exception ignored in"):
             # Python's unraisable-exception hook (a failing __del__, an atexit callback): the traceback that
@@ -410,8 +439,8 @@ class StartupTracker:
             self._set_cause(line, proc, text_c, None, exc, "unknown", {}, tb)
             if len(line.raw) >= 60:
                 self._join_from = line.number
-        elif em is None and self._bare is None and not code_line and level is None and "`" in line.raw \
-                and (tm := _TICKED_EXC.search(line.raw)) is not None:
+        elif em is None and self._bare is None and not code_line and level is None and ("`" in line.raw or '"' in line.raw) \
+                and (tm := _TICKED_EXC.search(line.raw) or _DQUOTED_EXC.search(line.raw)) is not None:
             # an error a reporter quotes in a sentence ("I encounter `RuntimeError: No HIP GPUs are available`"):
             # the cause only if the log itself shows none
             inner = tm.group("exc_text")
@@ -426,8 +455,15 @@ class StartupTracker:
                 and not exc.endswith(("KeyboardInterrupt", "SystemExit", "CancelledError")):
             # no evidence it is log output: the cause only if nothing better shows (a one-line paste)
             self._bare = self._candidate(line, proc, body_s, None, exc, "unknown", {}, None)
+            self._continue = (self._bare, line.number, proc, level, 2)
             if len(line.raw) >= 60:
                 self._join_from = line.number
+        elif em is None and level in ("ERROR", "CRITICAL") and tb is None and self._error_line is None and not echo \
+                and death is None and _ATTR_MSG.match(body_s) and _HEAD_ANY.search(text, 0, HEAD_WINDOW):
+            # an ERROR record that is Python's AttributeError text without its name (V0's engine logs str(e)):
+            # the cause only when the start is seen failing and nothing else states why (any ERROR record
+            # would be too weak: vLLM logs recoverable errors, e.g. a safetensors probe it retries)
+            self._error_line = self._candidate(line, proc, body_s, None, "AttributeError", "unknown", {"error_record": "yes"}, None)
 
     def _try_join(self, line: Line, level: str | None, body: str) -> bool:
         """A cause line cut by a terminal's hard wrap: when this next line has no record head of its own
@@ -528,6 +564,8 @@ class StartupTracker:
                    exc: str | None, generic_class: str | None, details: dict, tb_lines=None) -> None:
         self.cause = self._candidate(line, proc, text, m, exc, generic_class, details, tb_lines)
         self._bare = None
+        if generic_class != "config":
+            self._continue = (self.cause, line.number, proc, split_level(line.text)[0], 2)
         if _WRAPPER.search(text):
             self._refine_until = line.number + 5
         if self.listeners:
@@ -558,6 +596,8 @@ class StartupTracker:
                 c = w  # the same failure, first stated as vLLM's warning
             if c is None and self._bare is not None:
                 c = self._bare
+            if c is None and shown and self._error_line is not None:
+                c = self._error_line
         failed = c is not None or ((bool(self.echoes) or bool(self.deaths) or bool(open_tb)) and not self.runtime_line)
         out: dict[str, Any] = {
             "failed": failed, "cause_id": None, "cause_class": None, "cause_line": None, "cause_text": None,
@@ -585,6 +625,9 @@ class StartupTracker:
                                                                 and c.exception == "ValidationError" else cls)
                 if cls == "unknown" and (km := _UNEXPECTED_KW.search(c.text)) and km.group(1) in arg_table()["kwargs"]:
                     # one of vLLM's own engine arguments passed to a release (or a wrapper) that does not take it
+                    cls = "config"
+                if cls == "unknown" and any(f in arg_table()["flags"] for f in _FLAG.findall(c.text)):
+                    # the message names vLLM's own command-line flags: a combination of settings it refuses
                     cls = "config"
                 if src is not None:
                     out["raised_in"] = {"file": src[0]["f"], "versions": f"{src[0]['first']}-{src[0]['last']}",
