@@ -9,6 +9,7 @@ import click
 
 from kvlogdiag.cli.common import build_analyzer, err, fail_exit, report_rule_errors, rule_options
 from kvlogdiag.cli.exit import ExitCode
+from kvlogdiag.cli.timewindow import install_window, window_options
 from kvlogdiag.input.reader import DEFAULT_MAX_BYTES, InputError
 from kvlogdiag.render.analysis import render_json, render_markdown, render_text
 from kvlogdiag.rules.engine import RuleLoadError
@@ -33,6 +34,7 @@ def _check_run(ctx, param, value):
 @click.option("--max-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_BYTES, show_default=True,
               help="Stop reading an input after this many (decompressed) bytes: guards against decompression bombs.")
 @run_option
+@window_options
 @rule_options
 def analyze(inputs: tuple[str, ...], fmt: str, max_bytes: int, run: str | None, **kw: Any) -> ExitCode:
     """Analyse one or more logs (paths or - for stdin; gzip/bz2/xz/zstd detected automatically).
@@ -44,6 +46,7 @@ def analyze(inputs: tuple[str, ...], fmt: str, max_bytes: int, run: str | None, 
         err("no input: give a log file, or pipe one in (kvlogdiag analyze - < server.log)")
         return ExitCode.ERROR
     analyzer = build_analyzer(kw)
+    install_window(analyzer, kw)
     opts = analyzer.options
     results = []
     failed: list[str] = []

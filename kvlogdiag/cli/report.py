@@ -8,6 +8,7 @@ import click
 
 from kvlogdiag.cli.common import build_analyzer, err, fail_exit, report_rule_errors, rule_options
 from kvlogdiag.cli.exit import ExitCode
+from kvlogdiag.cli.timewindow import install_window, window_options
 from kvlogdiag.input.reader import DEFAULT_MAX_BYTES, InputError
 from kvlogdiag.modes.report import ReportError, make_report, read_input
 from kvlogdiag.render.redact import escape_controls
@@ -37,6 +38,7 @@ def _check_run(ctx: click.Context, param: click.Parameter, value: str) -> str:
               help="Stop reading after this many (decompressed) bytes.")
 @click.option("--container", default=None, metavar="NAME",
               help="Of an interleaved multi-container log (docker compose logs), the container to report.")
+@window_options
 @rule_options
 def report(source: str | None, clipboard: bool, fmt: str, output: str | None, redact: bool, run: str, max_bytes: int,
            container: str | None = None, **kw: Any) -> ExitCode:
@@ -52,6 +54,7 @@ def report(source: str | None, clipboard: bool, fmt: str, output: str | None, re
         err("give a FILE or --clipboard, not both")
         return ExitCode.ERROR
     analyzer = build_analyzer(kw)
+    install_window(analyzer, kw)
     opts = analyzer.options
     try:
         result = read_input(analyzer, source, clipboard, max_bytes, lambda msg: click.echo(msg, err=True), container)

@@ -186,6 +186,11 @@ def render_text(analyses: list[Analysis], min_severity: str = "info", errors: It
             out.append(f"Runtime: {rt['stats_lines']:,} stats lines, max KV usage {fmt_num(rt['kv_usage_max_pct'], 1)} %, "
                        f"preemptions: {rt['preemptions']} V0 warnings / {rt.get('stats_preemptions_total', 0)} in V1 stats"
                        f" / {rt.get('recompute_preemptions', 0)} RecomputeScheduler")
+        win = a.extra.get("window")
+        if win:  # --since/--until: what the runtime figures above cover (kvlogdiag.timeline)
+            out.append(f"Window: {win.get('since') or 'start'} to {win.get('until') or 'end'} (run spans {win.get('start')} to "
+                       f"{win.get('end')}); runtime figures cover the window, {win.get('runtime_lines_outside', 0):,} runtime "
+                       "lines outside it not counted")
         fs = visible_findings(a, min_severity)
         out.append("")
         if fs:
