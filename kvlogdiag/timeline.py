@@ -10,8 +10,8 @@ covers the window only. Every other line is fed as it is: run boundaries, config
 start-up errors stay those of the run. `apply` then keeps the runs whose time span meets the window and
 adds a ``window`` object to each kept run's JSON (docs/time-windows.md).
 
-With ``timelines`` on (``scan --html``), each run also gets a bounded timeline: its start and end, up to
-`MAX_POINTS` (time, KV usage %, preemptions) points (pairs of neighbours merged as it grows: the highest
+With ``timelines`` on (``scan --html``), each run also gets a bounded timeline: fewer than 2 × `MAX_POINTS`
+(time, KV usage %, preemptions) points (pairs of neighbours merged whenever it reaches that: the highest
 usage and the sum of preemptions are kept) and hourly bins of the same.
 """
 

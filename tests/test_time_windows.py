@@ -301,3 +301,16 @@ def test_report_takes_the_window(tmp_path):
     assert res.exit_code == 0, res.output
     n, _ = expected(timed, MIDNIGHT, None)
     assert f"runtime figures cover it ({n:,} stats lines in it, {336 - n:,} runtime lines outside)" in res.stdout
+
+
+def test_windowed_json_matches_the_schema(tmp_path):
+    import jsonschema
+
+    text, _ = shifted(START, envelope=True)
+    path = write(tmp_path, "s.log", text, None)
+    res = CliRunner().invoke(cli, ["analyze", path, "--format", "json", "--fail-on", "never", "--since", "2026-01-01T00:00Z"])
+    assert res.exit_code == 0, res.output
+    schema = json.loads((SAMPLE_LOGS_DIR.parent / "docs" / "analysis.schema.json").read_text(encoding="utf-8"))
+    doc = json.loads(res.stdout)
+    jsonschema.validate(doc, schema)
+    assert doc["analyses"][0]["window"]["since"] == "2026-01-01T00:00:00+00:00"

@@ -22,6 +22,7 @@ from typing import Any
 from kvlogdiag import __version__
 from kvlogdiag.modes.report import _CSP, _CSS, _e, _html_table, _matplotlib, _png_data_uri
 from kvlogdiag.render.redact import escape_controls
+from kvlogdiag.timeline import MAX_POINTS
 
 MAX_SECTIONS = 40  # per-run sections (the worst runs)
 MAX_WORST = 40
@@ -364,7 +365,7 @@ def render_html(rows: list[dict], rules_by_code: dict, info: dict[str, Any], cha
                  "runs outside it are left out; each run keeps its start-up facts.</p>")
     o.append(f'<p class="note">Bounded page: at most {MAX_SECTIONS} run sections (the worst runs), {MAX_WORST} worst runs listed, '
              f"{MAX_BUCKETS} time buckets, {MAX_GROUPS} bytes-per-token groups, {MAX_RULES} rules drawn separately and "
-             f"about 96 points per run chart. The full table of runs is scan's --output.</p>")
+             f"fewer than {2 * MAX_POINTS} points per run chart. The full table of runs is scan's --output.</p>")
     if pics is None and charts:
         o.append('<p class="note">Charts need matplotlib, which is not installed (pip install \'kvlogdiag[charts]\'): '
                  "every chart is shown as a table.</p>")
