@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from conftest import REPO_ROOT, SAMPLE_LOGS_DIR
-from test_report import Page, assert_inert_html
+from test_report import HOSTILE, Page, assert_inert_html
 
 from kvlogdiag.cli.main import cli
 from kvlogdiag.modes import archive_report
@@ -148,6 +148,27 @@ def test_state_keeps_the_page_details(scan_html, tmp_path, monkeypatch):
     CliRunner().invoke(cli, ["scan", *SAMPLE_ARGS, "--state", state2])
     res3, page3 = scan_html(*SAMPLE_ARGS, "--state", state2, out="c.html")
     assert f"{len(SINGLE_NODE_SAMPLES)} read, 0 unchanged" in res3.stderr and page3 == page1
+
+
+def test_hostile_names_and_messages_are_escaped(scan_html, tmp_path, monkeypatch):
+    _no_matplotlib(monkeypatch)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "evil<script>alert(1)<x>.log").write_text(HOSTILE, encoding="utf-8")
+    res, text = scan_html(str(logs), "-j", "1", "--fail-on", "never")
+    assert res.exit_code == 0, res.output
+    assert_inert_html(Page(text))
+    assert "<script" not in text and "evil&lt;script&gt;alert(1)&lt;x&gt;.log" in text
+
+
+def test_empty_and_undated_archives(scan_html, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    res, text = scan_html(str(empty), "-j", "1")
+    assert res.exit_code == 0 and "0 files, 0 server starts" in text and "No run has a finding." in text
+    undated = render_html([{"source": "a.log", "n_error": 1, "findings": "KVD019", "error": None, "run": 1, "runs": 1}], {},
+                          {"files": 1, "paths": ["a.log"]})
+    assert "No run carries a time" in undated and 'href="#run-1"' in undated and 'id="run-1"' in undated
 
 
 def test_details_from_a_hand_edited_state_are_checked():
