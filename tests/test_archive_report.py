@@ -91,6 +91,9 @@ def test_sample_archive_page(sample_page, monkeypatch):
     assert llama == [["meta-llama/Llama-3.1-70B-Instruct", "0.10.2", "4", "auto", "1", "81,919", "81,919", "81,919"]]
     # a model with two figures is explained: gpt-oss-120b at TP 1 and TP 2
     assert "openai/gpt-oss-120b: 36,861–73,725 B/token — TP 1 vs 2: bytes per token is per rank" in text
+    # Llama-3.1-8B on vLLM 0.13.0 and 0.20.0 (same TP and dtype): 131,067 vs 131,076 is rounding, not the versions
+    assert "meta-llama/Llama-3.1-8B-Instruct: 131,067–131,076 B/token — the figures differ by less than 0.5 %" in text
+    assert "DeepSeek-V4-Flash-w8a8: " not in text  # TP 4 and TP 8 show the same 6,900 (MLA): nothing to explain
     # the worst runs link into their sections, and every link has its target
     ids = {a.get("id") for _, a in page.tags if a.get("id")}
     links = [a["href"][1:] for t, a in page.tags if t == "a" and a.get("href", "").startswith("#run-")]

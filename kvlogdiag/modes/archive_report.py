@@ -196,6 +196,17 @@ def build_data(rows: list[dict], rules_by_code: dict, detail_key: str = "_detail
             "worst_total": len(worst), "sections": worst[:MAX_SECTIONS], "starts": starts}
 
 
+def _differs(gs: list[dict], key: str) -> list:
+    """The values of ``key`` whose groups' medians differ by 0.5 % or more (else [])."""
+    med: dict[Any, list[float]] = {}
+    for g in gs:
+        med.setdefault(g[key], []).append(g["median"])
+    vals = {k: statistics.median(v) for k, v in med.items()}
+    if len(vals) < 2 or max(vals.values()) <= 0 or (max(vals.values()) - min(vals.values())) / max(vals.values()) < 0.005:
+        return []
+    return sorted(vals, key=lambda k: (k is None, str(k)))
+
+
 def _why_figures(bpt: list[dict]) -> list[str]:
     """One sentence per model whose runs show more than one bytes-per-token figure, saying what differs."""
     out = []
@@ -207,24 +218,27 @@ def _why_figures(bpt: list[dict]) -> list[str]:
         if hi <= 0 or round(hi) == round(lo):
             continue
         parts = []
-        tps = sorted({g["tp"] for g in gs if g["tp"] is not None})
-        if len(tps) > 1:
-            parts.append(f"TP {' vs '.join(str(t) for t in tps)}: bytes per token is per rank, and tensor parallelism splits the "
-                         "KV heads across the ranks (each rank holds 1/TP of them, as long as there are at least TP KV heads)")
-        dts = sorted({g["dtype"] for g in gs})
-        if len(dts) > 1:
-            parts.append(f"kv_cache_dtype {' vs '.join(dts)}: an fp8 KV cache stores 1 byte per element instead of 2 (auto = the model's dtype, usually bf16)")
-        vers = sorted({g["version"] for g in gs})
-        if len(vers) > 1 and not parts:
-            parts.append(f"vLLM {' vs '.join(vers)} with the same TP and dtype: the versions size the KV cache differently "
-                         "(see the runs' logs; kvlogdiag estimate compares a figure with the model's architecture)")
-        spread = [g for g in gs if g["max"] > 0 and (g["max"] - g["min"]) / g["max"] >= 0.005]
-        if spread:
-            parts.append("within one configuration the figures differ by more than 0.5 %: the starts differ in something "
-                         "the grouping does not show (block size, hybrid/sliding-window layers, the model revision)")
-        if not parts:
-            parts.append("the figures differ by less than 0.5 % within each configuration: GiB is logged with two decimals "
-                         "and tokens in whole blocks")
+        if (hi - lo) / hi < 0.005:
+            parts.append("the figures differ by less than 0.5 %: GiB is logged with two decimals and the tokens in whole "
+                         "blocks, so one configuration's figure moves a little from start to start")
+        else:
+            tps = _differs(gs, "tp")
+            if tps:
+                parts.append(f"TP {' vs '.join(str(t) for t in tps)}: bytes per token is per rank, and tensor parallelism splits "
+                             "the KV heads across the ranks (each rank holds 1/TP of them, as long as there are at least TP KV heads)")
+            dts = _differs(gs, "dtype")
+            if dts:
+                parts.append(f"kv_cache_dtype {' vs '.join(dts)}: an fp8 KV cache stores 1 byte per element instead of 2 "
+                             "(auto = the model's dtype, usually bf16)")
+            vers = _differs(gs, "version")
+            if vers and not parts:
+                parts.append(f"vLLM {' vs '.join(vers)} with the same TP and KV dtype: the starts on these versions logged "
+                             "different figures (compare their logs; kvlogdiag estimate checks a figure against the model's architecture)")
+            if any(g["max"] > 0 and (g["max"] - g["min"]) / g["max"] >= 0.005 for g in gs):
+                parts.append("within one configuration the figures differ by 0.5 % or more: the starts differ in something the "
+                             "grouping does not show (block size, hybrid or sliding-window layers, the model revision)")
+            if not parts:
+                parts.append("the groups differ in TP, KV dtype or version, each by less than 0.5 %")
         out.append(f"{model}: {lo:,.0f}–{hi:,.0f} B/token — " + "; ".join(parts) + ".")
     return out
 
