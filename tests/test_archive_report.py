@@ -24,6 +24,7 @@ from kvlogdiag.modes import archive_report
 from kvlogdiag.modes.archive_report import MAX_SECTIONS, render_html, valid_detail
 
 SAMPLE_ARGS = ["sample_logs", "--exclude", "deployments/*", "-j", "1", "--fail-on", "never", "--log-tz", "UTC"]
+FULL_ARGS = ["sample_logs", "-j", "1", "--fail-on", "never", "--log-tz", "UTC"]  # the multi-node sets' logs too
 SINGLE_NODE_SAMPLES = sorted(p for p in SAMPLE_LOGS_DIR.glob("*.log"))
 
 
@@ -44,7 +45,7 @@ def scan_html(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def sample_page(tmp_path_factory):
-    """(result, page path, page text) of the sample archive with charts: built once for the tests that read it."""
+    """(result, page path, page text) of all of sample_logs/ with charts: built once for the tests that read it."""
     pytest.importorskip("matplotlib")
     tmp = tmp_path_factory.mktemp("archive")
     cfg = tmp / "empty-kvlogdiag.toml"
@@ -52,7 +53,7 @@ def sample_page(tmp_path_factory):
     target = tmp / "report.html"
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(REPO_ROOT)
-        res = CliRunner().invoke(cli, ["scan", *SAMPLE_ARGS, "--html", str(target), "--config", str(cfg)])
+        res = CliRunner().invoke(cli, ["scan", *FULL_ARGS, "--html", str(target), "--config", str(cfg)])
     return res, target, (target.read_text(encoding="utf-8") if target.exists() else "")
 
 
@@ -79,8 +80,8 @@ def test_sample_archive_page(sample_page, monkeypatch):
         data = base64.b64decode(img["src"].split(",", 1)[1], validate=True)
         assert data.startswith(b"\x89PNG\r\n\x1a\n") and img["alt"]
     # runs by severity agrees with the scan's own rows
-    rows = json.loads(CliRunner().invoke(cli, ["scan", *SAMPLE_ARGS, "--format", "json"]).stdout)
-    assert len(rows) == len(SINGLE_NODE_SAMPLES)
+    rows = json.loads(CliRunner().invoke(cli, ["scan", *FULL_ARGS, "--format", "json"]).stdout)
+    assert len(rows) > len(SINGLE_NODE_SAMPLES)
     sev = dict(page.tables["severity-table"][1:])
     want = {k: sum(1 for r in rows if archive_report.worst_of(r) == k) for k in ("error", "warning", "info", "clean")}
     assert {k: int(v) for k, v in sev.items()} == {k: v for k, v in want.items() if v}
@@ -89,11 +90,15 @@ def test_sample_archive_page(sample_page, monkeypatch):
     assert bpt[0] == ["model", "vLLM", "TP", "kv_cache_dtype", "runs", "min", "median", "max"]
     llama = [r for r in bpt if r[0] == "meta-llama/Llama-3.1-70B-Instruct"]
     assert llama == [["meta-llama/Llama-3.1-70B-Instruct", "0.10.2", "4", "auto", "1", "81,919", "81,919", "81,919"]]
-    # a model with two figures is explained: gpt-oss-120b at TP 1 and TP 2
-    assert "openai/gpt-oss-120b: 36,861–73,725 B/token — TP 1 vs 2: bytes per token is per rank" in text
+    # a model with two figures is explained: gpt-oss-120b at TP 1 (vLLM 0.12.0) and TP 2 (0.33.0), in the ratio of the TPs
+    assert "openai/gpt-oss-120b: 36,861–73,725 B/token — TP 1 vs 2 (vLLM version differs too): bytes per token is per rank" in text
     # Llama-3.1-8B on vLLM 0.13.0 and 0.20.0 (same TP and dtype): 131,067 vs 131,076 is rounding, not the versions
     assert "meta-llama/Llama-3.1-8B-Instruct: 131,067–131,076 B/token — the figures differ by less than 0.5 %" in text
-    assert "DeepSeek-V4-Flash-w8a8: " not in text  # TP 4 and TP 8 show the same 6,900 (MLA): nothing to explain
+    # DeepSeek-V4 (Ascend): TP 4 and TP 8 show the same 6,900, and 6,573 comes with kv_cache_dtype bfloat16 — put down to
+    # the one setting that differs, never to TP, and with no claim about bytes per element (neither is a 1-byte dtype)
+    assert ("/data/models/DeepSeek-V4-Flash-w8a8: 6,573–6,900 B/token — kv_cache_dtype auto vs bfloat16: the only setting "
+            "that differs between them.") in text
+    assert "Qwen/Qwen2.5-7B-Instruct: 28,671–57,343 B/token — TP 1 vs 2 (vLLM version differs too): bytes per token is per rank" in text
     # the worst runs link into their sections, and every link has its target
     ids = {a.get("id") for _, a in page.tags if a.get("id")}
     links = [a["href"][1:] for t, a in page.tags if t == "a" and a.get("href", "").startswith("#run-")]
@@ -261,3 +266,29 @@ def test_sample_archive_page_in_headless_chromium(sample_page, tmp_path):
         assert d["ok"] and d["complete"] and d["w"] > 100 and d["h"] > 50 and d["shown"] > 100, d
     assert shot.startswith(b"\x89PNG") and len(shot) > 50_000
     assert anchors and all(anchors)
+
+
+def test_why_one_model_shows_several_figures():
+    """A difference is put down to a setting only when the figures bear it out (archive_report._why_figures)."""
+    def g(model, version, tp, dtype, x, lo=None):
+        return {"model": model, "version": version, "tp": tp, "dtype": dtype, "runs": 2, "min": lo or x, "median": x, "max": x}
+
+    why = archive_report._why_figures([
+        g("fp8", "0.11.0", 1, "bfloat16", 65_536), g("fp8", "0.11.0", 1, "fp8_e4m3", 32_768),
+        g("notfp8", "0.11.0", 1, "auto", 65_536), g("notfp8", "0.11.0", 1, "fp8", 60_000),
+        g("ver", "0.11.0", 2, "auto", 65_536), g("ver", "0.12.0", 2, "auto", 60_000),
+        g("tp", "0.11.0", 1, "auto", 6_000), g("tp", "0.11.0", 8, "auto", 5_000),
+        g("mixed", "0.11.0", 1, "auto", 6_000), g("mixed", "0.12.0", 8, "auto", 5_000),
+        g("same", "0.11.0", 1, "auto", 512), g("same", "0.12.0", 8, "auto", 512),
+        g("spread", "0.11.0", 1, "auto", 65_536, lo=60_000),
+    ])
+    assert why == [
+        "fp8: 32,768–65,536 B/token — kv_cache_dtype bfloat16 vs fp8_e4m3: a 1-byte KV cache holds half the bytes per token of a 2-byte one.",
+        "notfp8: 60,000–65,536 B/token — kv_cache_dtype auto vs fp8: the only setting that differs between them.",
+        "ver: 60,000–65,536 B/token — vLLM 0.11.0 vs 0.12.0 with the same TP and kv_cache_dtype: the starts on these versions logged "
+        "different figures (compare their logs; kvlogdiag estimate checks a figure against the model's architecture).",
+        "tp: 5,000–6,000 B/token — TP 1 vs 8: the only setting that differs, but the figures are not in the ratio of the TPs.",
+        "mixed: 5,000–6,000 B/token — TP and vLLM version differ at once between starts with different figures.",
+        "spread: 60,000–65,536 B/token — within one configuration the figures differ by 0.5 % or more: the starts differ in something "
+        "the grouping does not show (block size, hybrid or sliding-window layers, the model revision).",
+    ]

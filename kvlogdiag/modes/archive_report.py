@@ -196,19 +196,51 @@ def build_data(rows: list[dict], rules_by_code: dict, detail_key: str = "_detail
             "worst_total": len(worst), "sections": worst[:MAX_SECTIONS], "starts": starts}
 
 
-def _differs(gs: list[dict], key: str) -> list:
-    """The values of ``key`` whose groups' medians differ by 0.5 % or more (else [])."""
-    med: dict[Any, list[float]] = {}
-    for g in gs:
-        med.setdefault(g[key], []).append(g["median"])
-    vals = {k: statistics.median(v) for k, v in med.items()}
-    if len(vals) < 2 or max(vals.values()) <= 0 or (max(vals.values()) - min(vals.values())) / max(vals.values()) < 0.005:
-        return []
-    return sorted(vals, key=lambda k: (k is None, str(k)))
+_ONE_BYTE = ("fp8", "int8")  # kv_cache_dtype values of 1 byte per element (fp8, fp8_e4m3, fp8_e5m2, fp8_ds_mla, ...)
+_TWO_BYTES = ("bfloat16", "float16", "half", "bf16", "fp16")
+_FACTOR_NAMES = {"tp": "TP", "dtype": "kv_cache_dtype", "version": "vLLM version"}
+
+
+def _rel(a: float, b: float) -> float:
+    return abs(a - b) / max(abs(a), abs(b)) if max(abs(a), abs(b)) > 0 else 0.0
+
+
+def _too(diff: list[str], main: str) -> str:
+    others = [_FACTOR_NAMES[k] for k in diff if k != main]
+    return f" ({' and '.join(others)} {'differs' if len(others) == 1 else 'differ'} too)" if others else ""
+
+
+def _pair_reason(a: dict, b: dict) -> tuple[int, str]:
+    """(number of settings that differ, what the difference between two groups' figures is due to)."""
+    diff = [k for k in ("tp", "dtype", "version") if a[k] != b[k]]
+    if "tp" in diff:
+        lo, hi = sorted((a, b), key=lambda g: g["tp"] or 0)
+        if lo["tp"] and hi["tp"] and _rel(lo["median"] * lo["tp"], hi["median"] * hi["tp"]) < 0.01:
+            return len(diff), (f"TP {lo['tp']} vs {hi['tp']}{_too(diff, 'tp')}: bytes per token is per "
+                               "rank, and tensor parallelism splits the KV heads across the ranks (the figures are in the ratio of the TPs)")
+    if "dtype" in diff:
+        one = [g for g in (a, b) if str(g["dtype"]).lower().startswith(_ONE_BYTE)]
+        two = [g for g in (a, b) if str(g["dtype"]).lower() in _TWO_BYTES]
+        if len(one) == 1 and len(two) == 1 and _rel(one[0]["median"] * 2, two[0]["median"]) < 0.02:
+            return len(diff), (f"kv_cache_dtype {two[0]['dtype']} vs {one[0]['dtype']}{_too(diff, 'dtype')}: "
+                               "a 1-byte KV cache holds half the bytes per token of a 2-byte one")
+    if len(diff) != 1:
+        return len(diff) + 1, (" and ".join(_FACTOR_NAMES[k] for k in diff) + " differ at once between starts with different figures")
+    k = diff[0]
+    lo, hi = sorted((a, b), key=lambda g: str(g[k]) if k != "tp" else (g[k] or 0))
+    if k == "tp":
+        return 1, f"TP {lo['tp']} vs {hi['tp']}: the only setting that differs, but the figures are not in the ratio of the TPs"
+    if k == "dtype":
+        return 1, f"kv_cache_dtype {lo['dtype']} vs {hi['dtype']}: the only setting that differs between them"
+    return 1, (f"vLLM {lo['version']} vs {hi['version']} with the same TP and kv_cache_dtype: the starts on these versions "
+               "logged different figures (compare their logs; kvlogdiag estimate checks a figure against the model's architecture)")
 
 
 def _why_figures(bpt: list[dict]) -> list[str]:
-    """One sentence per model whose runs show more than one bytes-per-token figure, saying what differs."""
+    """One sentence per model whose runs show more than one bytes-per-token figure, saying what differs.
+
+    A difference is put down to a setting only when two groups differ in that setting alone; groups that
+    differ in several settings at once are named as such, and a spread under 0.5 % as the log's rounding."""
     out = []
     by_model: dict[str, list[dict]] = {}
     for g in bpt:
@@ -217,28 +249,16 @@ def _why_figures(bpt: list[dict]) -> list[str]:
         lo, hi = min(g["min"] for g in gs), max(g["max"] for g in gs)
         if hi <= 0 or round(hi) == round(lo):
             continue
-        parts = []
-        if (hi - lo) / hi < 0.005:
-            parts.append("the figures differ by less than 0.5 %: GiB is logged with two decimals and the tokens in whole "
-                         "blocks, so one configuration's figure moves a little from start to start")
+        if _rel(lo, hi) < 0.005:
+            parts = ["the figures differ by less than 0.5 %: GiB is logged with two decimals and the tokens in whole "
+                     "blocks, so one configuration's figure moves a little from start to start"]
         else:
-            tps = _differs(gs, "tp")
-            if tps:
-                parts.append(f"TP {' vs '.join(str(t) for t in tps)}: bytes per token is per rank, and tensor parallelism splits "
-                             "the KV heads across the ranks (each rank holds 1/TP of them, as long as there are at least TP KV heads)")
-            dts = _differs(gs, "dtype")
-            if dts:
-                parts.append(f"kv_cache_dtype {' vs '.join(dts)}: an fp8 KV cache stores 1 byte per element instead of 2 "
-                             "(auto = the model's dtype, usually bf16)")
-            vers = _differs(gs, "version")
-            if vers and not parts:
-                parts.append(f"vLLM {' vs '.join(vers)} with the same TP and KV dtype: the starts on these versions logged "
-                             "different figures (compare their logs; kvlogdiag estimate checks a figure against the model's architecture)")
-            if any(g["max"] > 0 and (g["max"] - g["min"]) / g["max"] >= 0.005 for g in gs):
+            reasons = [_pair_reason(a, b) for i, a in enumerate(gs) for b in gs[i + 1:] if _rel(a["median"], b["median"]) >= 0.005]
+            fewest = min((n for n, _ in reasons), default=0)
+            parts = list(dict.fromkeys(text for n, text in reasons if n == fewest))
+            if any(_rel(g["min"], g["max"]) >= 0.005 for g in gs):
                 parts.append("within one configuration the figures differ by 0.5 % or more: the starts differ in something the "
                              "grouping does not show (block size, hybrid or sliding-window layers, the model revision)")
-            if not parts:
-                parts.append("the groups differ in TP, KV dtype or version, each by less than 0.5 %")
         out.append(f"{model}: {lo:,.0f}–{hi:,.0f} B/token — " + "; ".join(parts) + ".")
     return out
 
