@@ -64,6 +64,9 @@ class DeploymentNode:
     offload: list[OffloadBuffer] = field(default_factory=list)
     startup_failed: bool | None = None
     findings: list[str] = field(default_factory=list)  # codes of the single-log findings of this log
+    # the sums of the stats lines with running requests (extract/facts.py StatsSummary.workload_*):
+    # lines, prompt_tps_sum, gen_tps_sum, running_sum, kv_usage_running_sum, first_line, last_line
+    workload_stats: dict[str, Any] | None = None
     lines: dict[str, int] = field(default_factory=dict)  # field → the log line it came from
 
     @property

@@ -33,6 +33,7 @@ EXPECTED: dict[str, dict[str, str]] = {
     "pd-version-differs": {"KVD110": "warning"},
     "two-producers-no-consumer": {"KVD106": "warning"},
     "declared-prefill-tp8-real-tp4": {"KVD105": "info"},
+    "stats-workload-worked-example": {"KVD108": "info"},  # the workload inferred from its stats lines
 }
 
 
@@ -149,3 +150,14 @@ def test_unreadable_input_is_one_error_line(tmp_path):
 ])
 def test_classify_role(kv_role, recompute, has_vllm, source, role):
     assert classify_role(kv_role, recompute, has_vllm, source) == role
+
+
+def test_cpu_capture_is_a_real_kv_transfer():
+    """docs/deployment.md, last section: D loaded P's KV (256 of the prompt's 300 tokens, whole 128-token blocks)."""
+    d = (SETS / "cpu-example-connector-1p1d" / "localhost__d0.log").read_text(encoding="utf-8")
+    p = (SETS / "cpu-example-connector-1p1d" / "localhost__p0.log").read_text(encoding="utf-8")
+    assert "Inject KV cache of 256 tokens to the paged memory" in d and "External prefix cache hit rate: 85.3%" in d
+    assert "kv_role='kv_consumer'" in d and "kv_role='kv_producer'" in p
+    (dep,) = deployments_from_logs([str(SETS / "cpu-example-connector-1p1d")], Analyzer())
+    assert {(n.name, n.role, n.connector, n.vllm_version) for n in dep.nodes} == {
+        ("p0", "prefill", "ExampleConnector", "0.32.0"), ("d0", "decode", "ExampleConnector", "0.32.0")}

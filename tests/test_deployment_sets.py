@@ -52,6 +52,14 @@ class NodeSpec:
     kv_gib: tuple[float, ...] = (29.28, 29.24)
     pid: int = 6100
     extra_lines: list[str] = field(default_factory=list)
+    # stats lines after start-up: (prompt tokens/s, generation tokens/s, running, KV usage %), each printed by
+    # every DP engine of the log (vLLM 0.23.0 loggers.py:271 format)
+    stats: tuple[tuple[float, float, int, float], ...] = ()
+    # another model than DeepSeek-V4-Flash (a dense one: no expert parallelism), its KV bytes per token per rank
+    model: str = MODEL
+    arch: str = "DeepseekV4ForCausalLM"
+    bpt: float = BPT
+    max_model_len: int = 1048576
 
 
 def _ts(sec: int) -> str:
@@ -124,15 +132,17 @@ def render(n: NodeSpec) -> str:
         out.append(f"(EngineCore_DP{r} pid={n.pid + 200 + i}) INFO {_ts(25)}{engine}")
     for i, r in enumerate(n.dp_ranks):
         for t in range(n.tp):
-            out.append(f"(Worker_DP{r}_TP{t}_EP{r * n.tp + t} pid={n.pid + 400 + i * n.tp + t}) INFO {_ts(37)} "
+            ep = f"_EP{r * n.tp + t}" if n.model == MODEL else ""  # vLLM names the EP rank only with expert parallelism
+            out.append(f"(Worker_DP{r}_TP{t}{ep} pid={n.pid + 400 + i * n.tp + t}) INFO {_ts(37)} "
                        f"[model_runner_v1.py:3796] Loading model weights took {19.64 + 0.0011 * t:.4f} GB")
     for i, r in enumerate(n.dp_ranks):
         gib = n.kv_gib[i % len(n.kv_gib)]
-        out.append(f"(Worker_DP{r}_TP0_EP{r * n.tp} pid={n.pid + 400 + i * n.tp}) INFO {_ts(107)} [worker.py:593] "
+        ep = f"_EP{r * n.tp}" if n.model == MODEL else ""
+        out.append(f"(Worker_DP{r}_TP0{ep} pid={n.pid + 400 + i * n.tp}) INFO {_ts(107)} [worker.py:593] "
                    f"Available KV cache memory: {gib:.2f} GiB")
     for i, r in enumerate(n.dp_ranks):
         gib = n.kv_gib[i % len(n.kv_gib)]
-        tokens = math.floor(gib * 2**30 / BPT)
+        tokens = math.floor(gib * 2**30 / n.bpt)
         eng = f"(EngineCore_DP{r} pid={n.pid + 200 + i})"
         if n.rco_per_rank:
             per = n.rco_per_rank / 2**30
@@ -150,13 +160,33 @@ def render(n: NodeSpec) -> str:
     out += [f"{api} INFO {_ts(142)} [api_server.py:583] Starting vLLM server on http://0.0.0.0:{n.port}",
             f"INFO:     Started server process [{n.pid}]", "INFO:     Waiting for application startup.",
             "INFO:     Application startup complete."]
-    return "\n".join(out) + "\n"
+    for k, (prompt, gen, running, usage) in enumerate(n.stats):
+        for r in n.dp_ranks:
+            out.append(f"{api} INFO {_ts(152 + 10 * k)} [loggers.py:271] Engine {r:03d}: Avg prompt throughput: {prompt:.1f} "
+                       f"tokens/s, Avg generation throughput: {gen:.1f} tokens/s, Running: {running} reqs, Waiting: 0 reqs, "
+                       f"GPU KV cache usage: {usage:.1f}%, Prefix cache hit rate: 0.0%")
+    text = "\n".join(out) + "\n"
+    if n.model != MODEL:
+        text = (text.replace(MODEL, n.model).replace("DeepseekV4ForCausalLM", n.arch)
+                .replace("tokenizer_mode=deepseek_v4", "tokenizer_mode=auto").replace("'enable_expert_parallel': True, ", "")
+                .replace("enable_expert_parallel=True", "enable_expert_parallel=False")
+                .replace("'served_model_name': ['dsv4-flash']", "'served_model_name': ['qwen3-32b']")
+                .replace("served_model_name=['dsv4-flash']", "served_model_name=['qwen3-32b']"))
+    if n.max_model_len != 1048576:
+        text = (text.replace("1048576", str(n.max_model_len)).replace("1,048,576", f"{n.max_model_len:,}"))
+    return text
 
 
 GIB16 = 17179869184
 P = NodeSpec("a3-p0__p0.log", "kv_producer", engine_id="dsv4-p", offloading_blocks=20000, kv_port=30000, pid=6100)
 D = NodeSpec("a3-d0__d0.log", "kv_consumer", engine_id="dsv4-d", rco_per_rank=GIB16, recompute=True, kv_port=30100,
              max_num_seqs=32, max_num_batched_tokens=512, kv_gib=(28.84, 28.86), pid=7100)
+
+
+QWEN = dict(model="/data/models/Qwen3-32B", arch="Qwen3ForCausalLM", bpt=65536.0, max_model_len=40960,
+            kv_gib=(32.64, 32.64), offloading_blocks=None, rco_per_rank=None, recompute=False)
+QP = replace(P, engine_id="qwen3-p", max_num_seqs=4, **QWEN)  # type: ignore[arg-type]
+QD = replace(D, engine_id="qwen3-d", max_num_seqs=48, **QWEN)  # type: ignore[arg-type]
 
 
 def _dp4_rank(r: int) -> NodeSpec:
@@ -189,6 +219,13 @@ SETS: dict[str, tuple[str, list[NodeSpec]]] = {
                         "as vLLM-Ascend's launch_online_dp.py), ranks 0-1 on host a3-d0 and 2-3 on host a3-d1, "
                         "RecomputeCPUOffloadConnector with 4 GiB per rank.",
                         [replace(P, declared=(2, 4, 4, 4))] + [_dp4_rank(r) for r in range(4)]),
+    "stats-workload-worked-example": (
+        "The worked example of docs/deployment.md served: Qwen3-32B (dense) P and D DP2 x TP4 with MooncakeConnectorV1, "
+        "65,536 B/token per rank, 32.64 GiB KV per card (534,773 tokens per DP group), P max-num-seqs 4, D 48; three "
+        "stats lines per DP engine (P: 40,000 prompt tokens/s for 4 generated tokens/s, the proxy's max_tokens=1; D: "
+        "48 running requests at 98.5-99.0 % KV usage), from which the workload (10,000 + 2,000 tokens) is inferred.",
+        [replace(QP, stats=((40000.0, 4.0, 4, 7.5), (40000.0, 4.0, 4, 7.4), (40000.0, 4.0, 3, 5.6))),
+         replace(QD, stats=((0.0, 1150.0, 48, 98.5), (0.0, 1180.0, 48, 98.7), (0.0, 1120.0, 48, 99.0)))]),
 }
 # the official vLLM-Ascend tutorial pair, copied unchanged (see tests/data/healthy/README.md)
 COPIES = {"tutorial-dsv4-a3-pd": ("The official vLLM-Ascend 0.23.0.post1 DeepSeek-V4-Flash A3 PD tutorial (section "

@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from kvlogdiag.catalogue.failures import catalogue, harvested, numbers_of, prefilter_keywords
+from kvlogdiag.catalogue.failures import catalogue, harvested, library_harvested, library_source, numbers_of, prefilter_keywords
 from kvlogdiag.extract.failures import StartupTracker
 from kvlogdiag.input.reader import make_line
 
@@ -154,3 +154,45 @@ def test_out_of_range_figures_are_no_numbers():
     numbers, details = numbers_of({"needed_gib": "9" * 400 + ".25", "max_model_len": "1" * 40, "gpu": "1"})
     assert numbers == {"gpu": 1}
     assert set(details) == {"needed_gib", "max_model_len"}
+
+
+def test_library_harvest_covers_the_libraries_a_start_runs_through():
+    v = library_harvested()["versions"]
+    assert len(v["transformers"]) >= 3 and v["huggingface_hub"] and v["torch"]
+
+
+@pytest.mark.parametrize("line, cls, where", [
+    ("RuntimeError: Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, you must use "
+     "the 'spawn' start method", "devices", "torch/cuda/"),
+    ("AssertionError: Torch not compiled with CUDA enabled", "devices", "torch/cuda/"),
+    ("ValueError: Tokenizer class LlamaTokenizerX does not exist or is not currently imported.", "tokenizer",
+     "transformers/models/auto/tokenization_auto"),
+    ("ValueError: Loading /models/x requires you to execute the configuration file in that repo on your local "
+     "machine. Make sure you have read the code there to avoid malicious use, then set the option "
+     "`trust_remote_code=True` to remove this error.", "model", "transformers/dynamic_module_utils"),
+])
+def test_library_messages_name_their_module_and_class(line, cls, where):
+    src = library_source(line)
+    assert src is not None and src[1] == cls and src[0]["f"].startswith(where)
+
+
+@pytest.mark.parametrize("line", [
+    "AttributeError: 'NoneType' object has no attribute 'foo'",  # transformers has `{cls} has no attribute {key}`
+    "ValueError: something went wrong",
+])
+def test_short_generic_library_messages_name_nothing(line):
+    assert library_source(line) is None
+
+
+def test_an_uncatalogued_library_error_gets_the_class_of_its_module():
+    t = StartupTracker()
+    for i, text in enumerate([
+        "(EngineCore_DP0 pid=11) ERROR 01-02 03:04:05 [core.py:700] EngineCore failed to start.",
+        "(EngineCore_DP0 pid=11) ERROR 01-02 03:04:05 [core.py:700] Traceback (most recent call last):",
+        '(EngineCore_DP0 pid=11) ERROR 01-02 03:04:05 [core.py:700]   File "/x/torch/cuda/__init__.py", line 3, in _lazy_init',
+        "(EngineCore_DP0 pid=11) ERROR 01-02 03:04:05 [core.py:700] RuntimeError: Cannot re-initialize CUDA in forked "
+        "subprocess. To use CUDA with multiprocessing, you must use the 'spawn' start method",
+    ], 1):
+        t.feed(make_line(i, text.encode()))
+    r = t.result()
+    assert r["failed"] and r["cause_class"] == "devices" and r["raised_in"]["library"] == "torch"

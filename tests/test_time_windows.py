@@ -314,3 +314,11 @@ def test_windowed_json_matches_the_schema(tmp_path):
     doc = json.loads(res.stdout)
     jsonschema.validate(doc, schema)
     assert doc["analyses"][0]["window"]["since"] == "2026-01-01T00:00:00+00:00"
+
+
+def test_a_deployment_is_not_windowed():
+    deployment = str(SAMPLE_LOGS_DIR / "deployments" / "healthy-1p1d")
+    res = CliRunner().invoke(cli, ["analyze", "--deployment", deployment, "--since", "1h"])
+    assert res.exit_code == 2 and "--since: not with --deployment" in res.stderr
+    res = CliRunner().invoke(cli, ["report", deployment, "--until", "2026-01-01", "--log-tz", "UTC"])
+    assert res.exit_code == 2 and "--until, --log-tz: not for a deployment report" in res.stderr

@@ -5,7 +5,8 @@ range (with named groups for the numbers the message carries), the fix, the kvlo
 explain the same cause, and sample lines. `FailureCatalogue.match` finds the entry a line states;
 `FailureCatalogue.is_echo` / `death` recognise lines that only repeat a failure or announce a
 process death. ``failures_harvest.json`` next to the TOML holds the exact ``raise`` messages of
-released versions (``tools/harvest_failures.py``); ``tests/test_failures_catalogue.py`` renders them
+released versions (``tools/harvest_failures.py``), ``failures_harvest_libs.json`` those of the libraries a
+start-up runs through (transformers, huggingface_hub, torch: ``tools/harvest_library_failures.py``); ``tests/test_failures_catalogue.py`` renders them
 through the catalogue. The reader's prefilter lets every line through that holds one of
 `prefilter_keywords`.
 """
@@ -28,6 +29,7 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 CATALOGUE_FILE = Path(__file__).with_name("failures.toml")
 HARVEST_FILE = Path(__file__).with_name("failures_harvest.json")
+LIBRARY_HARVEST_FILE = Path(__file__).with_name("failures_harvest_libs.json")
 
 _UNIT_GIB = {"B": 1 / 2**30, "KiB": 1 / 2**20, "MiB": 1 / 2**10, "GiB": 1.0, "TiB": 2.0**10,
              "KB": 1 / 2**20, "MB": 1 / 2**10, "GB": 1.0, "TB": 2.0**10}
@@ -43,7 +45,9 @@ EXTRA_KEYWORDS = ("ERROR", "Error", "error:", "Exception", "Traceback", "Killed"
                   "validation error for", "Application startup complete", "Uvicorn running on",
                   "Avg prompt throughput", 'File "', "fatal signal", "See stack trace",
                   # the statement above a bare AssertionError says what failed
-                  "assert ", "already dead", "Value error, ")
+                  "assert ", "already dead", "Value error, ",
+                  # a frame whose start a paste cut off (`…/chatglm.py", line 53, in __init__`)
+                  "\", line ")
 
 
 @dataclass(frozen=True)
@@ -224,16 +228,41 @@ _CLASS_BY_FILE = (
 )
 
 
-class _Harvest:
-    """Harvested raise messages as regexes, tried only on a cause the catalogue does not know."""
+# where a library's harvested message is raised → the class of an uncatalogued cause. Only modules whose
+# every error is about one thing: the Hub and transformers' config/weights/remote-code loading are the
+# model (its id, access, files), tokenizer modules the tokenizer, quantizers the quantization, torch's
+# device modules the devices, its process groups the communication between ranks.
+_LIBRARY_CLASS_BY_FILE = (
+    (re.compile(r"^huggingface_hub/"), "model"),
+    (re.compile(r"^transformers/(?:tokenization_|models/auto/tokenization_auto)"), "tokenizer"),
+    (re.compile(r"^transformers/(?:quantizers/|utils/quantization_config|integrations/(?:bitsandbytes|awq|ggml))"), "quant"),
+    # the Auto classes not knowing a model type / configuration class: the catalogue's architecture_not_supported
+    # (configuration_auto is left out: it raises both "does not recognize this architecture" and "Unrecognized
+    # model … Should have a `model_type` key", a model directory without a config)
+    (re.compile(r"^transformers/models/auto/(?:modeling_auto|auto_factory)"), "arch"),
+    (re.compile(r"^transformers/(?:configuration_utils|modeling_utils|dynamic_module_utils|utils/hub|safetensors_conversion"
+                r"|feature_extraction_utils|image_processing_|processing_utils"
+                r"|models/auto/(?:feature_extraction_auto|image_processing_auto|processing_auto))"), "model"),
+    (re.compile(r"^torch/serialization"), "model"),
+    (re.compile(r"^torch/(?:cuda|xpu|mtia)/"), "devices"),
+    (re.compile(r"^torch/distributed/"), "comm"),
+)
 
-    def __init__(self, messages: list[dict]):
+
+class _Harvest:
+    """Harvested raise messages as regexes, tried only on a cause the catalogue does not know.
+
+    A message is recognised by its longest literal part; ``min_key`` is how long that must be (a
+    library's short generic messages, ``{name} has no attribute {key}``, would name any AttributeError).
+    """
+
+    def __init__(self, messages: list[dict], min_key: int = 16):
         self.items: list[tuple[str, list[str], dict]] = []
         for m in messages:
             parts = re.split(r"\{(?:[^{}]|\{[^{}]*\})*\}", m["t"].replace("{{", "\x00").replace("}}", "\x01"))
             lits = [p.replace("\x00", "{").replace("\x01", "}") for p in parts]
             key = max(lits, key=len)
-            if len(key) < 16:
+            if len(key) < min_key:
                 continue
             self.items.append((key, lits, m))
 
@@ -249,6 +278,29 @@ class _Harvest:
 @lru_cache(maxsize=1)
 def _harvest_index() -> _Harvest:
     return _Harvest(harvested()["messages"])
+
+
+@lru_cache(maxsize=1)
+def library_harvested() -> dict:
+    """``failures_harvest_libs.json``: the exact raise messages of transformers, huggingface_hub and torch."""
+    with open(LIBRARY_HARVEST_FILE, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+@lru_cache(maxsize=1)
+def _library_index() -> _Harvest:
+    return _Harvest(library_harvested()["messages"], min_key=24)
+
+
+def library_source(text: str) -> tuple[dict, str | None] | None:
+    """The library raise that states ``text`` (library, file, versions) and the class its module implies."""
+    m = _library_index().lookup(text)
+    if m is None:
+        return None
+    for rx, cls in _LIBRARY_CLASS_BY_FILE:
+        if rx.search(m["f"]):
+            return m, cls
+    return m, None
 
 
 def harvested_source(text: str) -> tuple[dict, str | None] | None:

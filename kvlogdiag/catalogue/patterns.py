@@ -276,6 +276,27 @@ pat("api_server_count_default", ">=0.2x with DP (API server count follows the DP
 pat("using_max_model_len", "0.10-0.17", "Using max model len",
     r"Using max model len (?P<n>\d+)",
     [("(APIServer pid=508613) INFO 03-08 08:22:23 [model.py:1554] Using max model len 4096", {"n": "4096"})])
+# the tpu-inference plugin's final block size (tpu_inference 0.32.0 platforms/tpu_platform.py:562,
+# update_block_size_for_backend: it keeps cache_config.block_size instead of vLLM's hybrid alignment)
+pat("tpu_block_size", "tpu-inference plugin", "Using cache_config.block_size: ",
+    r"Using cache_config\.block_size: (?P<n>\d+) instead of overriding",
+    [("(EngineCore pid=372) INFO 08-11 02:17:22 [tpu_platform.py:393] Using cache_config.block_size: 64 instead of overriding with _align_hybrid_block_size() since we set mamba_page_size_padded in kv_cache_manager.py",
+      {"n": "64"})])
+# "Starting to load model %s..." with self.model_config.model (0.6.6.post1 worker/model_runner.py, 0.10.2 …
+# 0.32 v1/worker/gpu_model_runner.py / cpu_model_runner.py:68): the model a worker loads, in logs that print
+# no engine config (an offline LLM(...) run, an excerpt)
+pat("load_model_line", "0.6+", "Starting to load model ",
+    r"Starting to load model (?P<model>\S+?)\.\.\.$",
+    [("INFO 12-22 10:55:31 model_runner.py:1092] Starting to load model kaitchup/Phi-4-AutoRound-GPTQ-4bit...",
+      {"model": "kaitchup/Phi-4-AutoRound-GPTQ-4bit"}),
+     ("(EngineCore_DP0 pid=964370) INFO 03-09 09:32:13 [gpu_model_runner.py:4255] Starting to load model /models/Qwen3-8B...",
+      {"model": "/models/Qwen3-8B"})])
+# vllm/engine/arg_utils.py:641 (0.10.2 … 0.32): with HF_HUB_OFFLINE the model id is rewritten to its local
+# snapshot path before the engine config is printed; the id is the model the operator asked for
+pat("offline_model_path", "0.10+", "replace model_id [",
+    r"HF_HUB_OFFLINE is True, replace model_id \[(?P<model_id>[^\]\s]+)\] to model_path \[(?P<path>[^\]]+)\]",
+    [("(APIServer pid=964305) INFO 03-09 09:32:06 [arg_utils.py:640] HF_HUB_OFFLINE is True, replace model_id [Qwen/Qwen2.5-3B-Instruct] to model_path [/root/.cache/huggingface/hub/models--Qwen--Qwen2.5-3B-Instruct/snapshots/aa8e7253]",
+      {"model_id": "Qwen/Qwen2.5-3B-Instruct", "path": "/root/.cache/huggingface/hub/models--Qwen--Qwen2.5-3B-Instruct/snapshots/aa8e7253"})])
 pat("fp8_kv_cache", "all", ("fp8 data type to store kv cache", "fp8_ds_mla KV cache format"),
     r"(?P<what>Using fp8 data type to store kv cache|Using DeepSeek's fp8_ds_mla KV cache format)",
     [("INFO 03-18 12:07:03 [cuda.py:300] Using fp8 data type to store kv cache. It reduces the GPU memory footprint", {"what": "Using fp8 data type to store kv cache"})])

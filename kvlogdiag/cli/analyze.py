@@ -8,8 +8,9 @@ from typing import Any, Callable
 import click
 
 from kvlogdiag.cli.common import build_analyzer, err, fail_exit, report_rule_errors, rule_options
+from kvlogdiag.cli.deployment import deployment_options, run_deployment
 from kvlogdiag.cli.exit import ExitCode
-from kvlogdiag.cli.timewindow import install_window, window_options
+from kvlogdiag.cli.timewindow import install_window, window_given, window_options
 from kvlogdiag.input.reader import DEFAULT_MAX_BYTES, InputError
 from kvlogdiag.render.analysis import render_json, render_markdown, render_text
 from kvlogdiag.rules.engine import RuleLoadError
@@ -34,14 +35,37 @@ def _check_run(ctx, param, value):
 @click.option("--max-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_BYTES, show_default=True,
               help="Stop reading an input after this many (decompressed) bytes: guards against decompression bombs.")
 @run_option
+@click.option("--deployment", "as_deployment", is_flag=True,
+              help="Judge the inputs as the logs of one PD deployment (files, folders, globs): as `kvlogdiag deployment`.")
+@deployment_options
 @window_options
 @rule_options
-def analyze(inputs: tuple[str, ...], fmt: str, max_bytes: int, run: str | None, **kw: Any) -> ExitCode:
+def analyze(inputs: tuple[str, ...], fmt: str, max_bytes: int, run: str | None, as_deployment: bool = False,
+            avg_output_len: int | None = None, group_by: str | None = None, host_ram_gib: float | None = None,
+            **kw: Any) -> ExitCode:
     """Analyse one or more logs (paths or - for stdin; gzip/bz2/xz/zstd detected automatically).
 
     A log with several server starts (a restarted server appending to its log) is analysed per
     start: each figure and finding belongs to one run. Interleaved output of several containers
-    (docker compose logs, kubectl logs --prefix) is analysed per container."""
+    (docker compose logs, kubectl logs --prefix) is analysed per container. With --deployment the
+    inputs are the logs of a PD deployment, judged together (docs/deployment.md)."""
+    if as_deployment:  # one code path with `kvlogdiag deployment` (cli/deployment.py)
+        windowed = window_given(kw)
+        if windowed:
+            err(f"{windowed}: not with --deployment (each log's current server start is judged whole)")
+            return ExitCode.ERROR
+        if run not in (None, "last"):
+            err("--deployment judges each log's current server start: --run does not apply")
+            return ExitCode.ERROR
+        if not inputs or "-" in inputs:
+            err("--deployment needs the logs' paths (files, folders or globs), not stdin")
+            return ExitCode.ERROR
+        return run_deployment(inputs, fmt, kw, avg_output_len, group_by, host_ram_gib, max_bytes)
+    given = [name for name, v in (("--avg-output-len", avg_output_len), ("--group-by", group_by),
+                                  ("--host-ram-gib", host_ram_gib)) if v is not None]
+    if given:
+        err(f"{', '.join(given)}: only with --deployment")
+        return ExitCode.ERROR
     if not inputs and sys.stdin.isatty():
         err("no input: give a log file, or pipe one in (kvlogdiag analyze - < server.log)")
         return ExitCode.ERROR

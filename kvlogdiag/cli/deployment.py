@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Callable
 
 import click
 
 from kvlogdiag import __version__
 from kvlogdiag.cli.common import build_analyzer, err, report_rule_errors, rule_options
 from kvlogdiag.cli.exit import ExitCode
+from kvlogdiag.deployment_result import Deployment
 from kvlogdiag.input.reader import DEFAULT_MAX_BYTES, InputError
 from kvlogdiag.modes.deployment import GROUP_BY, Workload, deployments_from_logs, render_text
 from kvlogdiag.result import Severity
@@ -30,26 +31,27 @@ def _split_specs(kw: dict[str, Any], names: set[str], codes: list[str]) -> dict[
     return mine
 
 
-@click.command()
-@click.argument("paths", nargs=-1, required=True, metavar="PATH...")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
-@click.option("--avg-output-len", type=click.IntRange(min=1), default=None,
-              help="Average output length in tokens (with --avg-prompt-len: the D/P capacity figures).")
-@click.option("--group-by", type=click.Choice(GROUP_BY), default="auto", show_default=True,
-              help="How logs are split into deployments: auto (connector peers and model within each PATH), dir (one per PATH), model, all.")
-@click.option("--host-ram-gib", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="RAM of each host, GiB: compared with the pinned offload buffers of the ranks on it.")
-@click.option("--max-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_BYTES, show_default=True,
-              help="Stop reading a log after this many (decompressed) bytes.")
-@rule_options
-def deployment(paths: tuple[str, ...], fmt: str, avg_output_len: int | None, group_by: str, host_ram_gib: float | None,
-               max_bytes: int, **kw: Any) -> ExitCode:
-    """Judge the logs of a PD deployment together: P and D nodes, DP groups, hosts.
+def deployment_options(func: Callable) -> Callable:
+    """The options ``deployment`` and ``analyze --deployment`` share (besides the rule options)."""
+    for opt in reversed((
+        click.option("--avg-output-len", type=click.IntRange(min=1), default=None,
+                     help="Average output length in tokens (with --avg-prompt-len: the D/P capacity figures; "
+                          "without both, inferred from the stats lines where they allow it)."),
+        click.option("--group-by", type=click.Choice(GROUP_BY), default=None,
+                     help="How logs are split into deployments: auto (connector peers and model within each PATH; "
+                          "the default), dir (one per PATH), model, all."),
+        click.option("--host-ram-gib", type=click.FloatRange(min=0, min_open=True), default=None,
+                     help="RAM of each host, GiB: compared with the pinned offload buffers of the ranks on it."),
+    )):
+        func = opt(func)
+    return func
 
-    PATH is a log, a directory (read recursively) or a glob. Prints one row per log and the findings
-    of the deployment rules (KVD101...): what P and D must agree on, the declared peer layout, kv_role
-    pairing, offload connectors per side, D/P capacity at --avg-prompt-len/--avg-output-len, pinned
-    host memory per host, versions. Exit 1 when a deployment finding reaches --fail-on."""
+
+def load_deployments(paths: tuple[str, ...], kw: dict[str, Any], avg_output_len: int | None, group_by: str | None,
+                     host_ram_gib: float | None, max_bytes: int) -> tuple[list[Deployment], Any, list[str], bool]:
+    """Analyse and group the logs as ``deployment`` does: (deployments, analyzer, rule errors, fatal).
+
+    Raises `InputError` / `RuleLoadError` (exit 2) and `click.UsageError` for no logs at all."""
     rules = load_deployment_rules()  # built-in only: a --rules folder holds single-log rules (engine.py loads every *.toml)
     mine = _split_specs(kw, {r.name for r in rules.rules}, [r.code for r in rules.rules])
     analyzer = build_analyzer(kw)
@@ -58,26 +60,61 @@ def deployment(paths: tuple[str, ...], fmt: str, avg_output_len: int | None, gro
     rules = rules.selected(select + mine["extend_select"], mine["ignore"] + mine["extend_ignore"])
     workload = Workload(opts.avg_prompt_len, avg_output_len, host_ram_gib)
     errors: list[str] = []
-    try:
-        deps = deployments_from_logs(paths, analyzer, workload, group_by, max_bytes, rules, errors)
-    except InputError as exc:
-        err(str(exc))
-        return ExitCode.ERROR
-    except RuleLoadError as exc:
-        err(str(exc))
-        return ExitCode.ERROR
+    deps = deployments_from_logs(paths, analyzer, workload, group_by or "auto", max_bytes, rules, errors)
     if not deps or not any(d.nodes for d in deps):
-        err(f"no logs found in {', '.join(paths)}")
-        return ExitCode.ERROR
+        raise InputError(f"no logs found in {', '.join(paths)}")
     fatal = report_rule_errors(analyzer)
     for e in errors:
         click.echo(f"kvlogdiag: rule error: {e}", err=True)
+    return deps, analyzer, errors, fatal
+
+
+def deployment_json(deps: list[Deployment], min_severity: str) -> str:
+    """The ``--format json`` document of ``deployment`` (docs/deployment.schema.json)."""
+    return json.dumps({"tool": "kvlogdiag", "version": __version__,
+                       "deployments": [d.to_json(min_severity) for d in deps]}, indent=2, ensure_ascii=False)
+
+
+def run_deployment(paths: tuple[str, ...], fmt: str, kw: dict[str, Any], avg_output_len: int | None,
+                   group_by: str | None, host_ram_gib: float | None, max_bytes: int) -> ExitCode:
+    """``deployment`` and ``analyze --deployment``: one grouping, one result, text / json / markdown."""
+    if fmt not in ("text", "json", "markdown"):  # analyze may offer formats of single-log analyses only
+        err(f"--format {fmt}: a deployment prints text, json or markdown")
+        return ExitCode.ERROR
+    try:
+        deps, analyzer, errors, fatal = load_deployments(paths, kw, avg_output_len, group_by, host_ram_gib, max_bytes)
+    except (InputError, RuleLoadError) as exc:
+        err(str(exc))
+        return ExitCode.ERROR
+    opts = analyzer.options
     if fmt == "json":
-        click.echo(json.dumps({"tool": "kvlogdiag", "version": __version__,
-                               "deployments": [d.to_json(opts.min_severity) for d in deps]}, indent=2, ensure_ascii=False))
+        click.echo(deployment_json(deps, opts.min_severity))
+    elif fmt == "markdown":
+        from kvlogdiag.render.deployment import render_markdown
+
+        click.echo(render_markdown(deps, opts.min_severity), nl=False)
     else:
         click.echo(render_text(deps, opts.min_severity), nl=False)
     if fatal or (errors and opts.strict_rules):
         return ExitCode.ERROR
     limit = Severity.threshold(opts.fail_on)
     return ExitCode.FINDINGS if any(f.severity >= limit for d in deps for f in d.findings) else ExitCode.OK
+
+
+@click.command()
+@click.argument("paths", nargs=-1, required=True, metavar="PATH...")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True)
+@deployment_options
+@click.option("--max-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_BYTES, show_default=True,
+              help="Stop reading a log after this many (decompressed) bytes.")
+@rule_options
+def deployment(paths: tuple[str, ...], fmt: str, avg_output_len: int | None, group_by: str | None,
+               host_ram_gib: float | None, max_bytes: int, **kw: Any) -> ExitCode:
+    """Judge the logs of a PD deployment together: P and D nodes, DP groups, hosts.
+
+    PATH is a log, a directory (read recursively) or a glob. Prints one row per log and the findings
+    of the deployment rules (KVD101...): what P and D must agree on, the declared peer layout, kv_role
+    pairing, offload connectors per side, D/P capacity at --avg-prompt-len/--avg-output-len (or the
+    workload the stats lines show), pinned host memory per host, versions. Exit 1 when a deployment
+    finding reaches --fail-on. The same as ``analyze --deployment``."""
+    return run_deployment(paths, fmt, kw, avg_output_len, group_by, host_ram_gib, max_bytes)

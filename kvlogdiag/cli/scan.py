@@ -13,6 +13,7 @@ from kvlogdiag.cli.exit import ExitCode
 from kvlogdiag.cli.timewindow import install_window, window_options
 from kvlogdiag.fileio import write_atomic
 from kvlogdiag.input.reader import DEFAULT_MAX_BYTES
+from kvlogdiag.modes.deployment import GROUP_BY, deployment_column
 from kvlogdiag.modes.scan import (
     DETAIL_KEY,
     OUTPUT_FORMATS,
@@ -52,13 +53,15 @@ from kvlogdiag.render.redact import escape_controls
 @click.option("--format", "fmt_out", type=click.Choice(["table", "json", "jsonl", "csv", "markdown"]), default="table",
               show_default=True, help="stdout: summary tables, or every row as JSON / JSON lines / CSV / Markdown.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar [default: when stderr is a terminal].")
+@click.option("--group-by", type=click.Choice(GROUP_BY), default=None,
+              help="Add a 'deployment' column: the PD deployment each file belongs to, grouped as `kvlogdiag deployment --group-by`.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
               help="Also write one self-contained HTML page over the whole archive (charts with the 'charts' extra).")
 @window_options
 @rule_options
 def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, ...], jobs: int | None,
          output: str | None, state_path: str | None, max_bytes: int, fmt_out: str, progress: bool | None,
-         html_path: str | None = None, **kw: Any) -> ExitCode:
+         group_by: str | None = None, html_path: str | None = None, **kw: Any) -> ExitCode:
     """Scan an archive of logs (folders, globs, compressed files): one row per server start of each file, summaries, --output.
 
     \b
@@ -110,8 +113,11 @@ def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, .
         fp = fingerprint(analyzer, max_bytes)
 
     finder = Finder(include, exclude)
+    arg_of: dict[str, str] = {}  # a row's source → the PATH it was found under (--group-by)
     for p in paths:
+        seen = len(finder.entries)
         finder.add_argument(p)
+        arg_of.update((e.source, p) for e in finder.entries[seen:])
     for m in finder.missing:
         err(f"{m}: no such file or directory")
     entries = finder.entries
@@ -132,6 +138,7 @@ def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, .
             if (same_fp and prev and e.head is not None and prev.get("size") == e.size and prev.get("mtime_ns") == e.mtime_ns
                     and prev.get("head") == e.head and isinstance(prev.get("rows"), list)
                     and all(isinstance(r, dict) for r in prev["rows"]) and prev["rows"]
+                    and not (group_by and _lacks_peer(prev["rows"]))
                     and (not html_path or _cached_details(prev))):
                 rows[e.abspath] = [dict(r, source=e.source) for r in prev["rows"]]
                 if html_path:  # the page's run details were kept with the rows
@@ -186,6 +193,8 @@ def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, .
 
     state_failed = False
     ordered = [row for e in sorted(entries, key=lambda e: e.source) for row in rows[e.abspath]]
+    ordered = deployment_column(ordered, arg_of, group_by) if group_by else [
+        {k: v for k, v in r.items() if k != "deployment"} for r in ordered]
     dropped = 0
     if state is not None and state_path:
         dropped = sum(1 for p in old_files if p not in by_path)
@@ -237,6 +246,11 @@ def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, .
     if opts.strict_rules and rule_errors:
         return ExitCode.ERROR
     return ExitCode(fail_exit_rows(ordered, opts.fail_on))
+
+
+def _lacks_peer(rows: list[dict]) -> bool:
+    """A state row of an older kvlogdiag has no ``deployment_peer``: with --group-by its file is read again."""
+    return any(r.get("error") is None and "deployment_peer" not in r for r in rows)
 
 
 def _cached_details(prev: dict) -> bool:

@@ -53,3 +53,9 @@ def install_window(analyzer: Any, kw: dict[str, Any]) -> TimeWindow | None:
     window = window_from_options(kw.pop("since", None), kw.pop("until", None), kw.pop("log_tz", None))
     analyzer.window = window
     return window
+
+
+def window_given(kw: dict[str, Any]) -> str | None:
+    """Pop the window options (a command path that does not take them); the options given, or None."""
+    given = [name for name, key in (("--since", "since"), ("--until", "until"), ("--log-tz", "log_tz")) if kw.pop(key, None) is not None]
+    return ", ".join(given) or None

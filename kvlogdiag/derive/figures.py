@@ -37,6 +37,8 @@ _SOURCE_PRIORITY = {
     "kv_format_line": 35, "wrapper_config": 44,
 }
 _ENGINE_FIRST = {"max_model_len": 60, "model": 60, "kv_cache_dtype": 60}
+_SOURCE_PRIORITY["load_model_line"] = 12  # a worker's "Starting to load model X...": below every config print
+_SOURCE_PRIORITY["offline_model_id"] = 65  # the id HF_HUB_OFFLINE rewrote into the snapshot path the engine prints
 
 _VERSION_PRIORITY = {"logo": 3, "server_version": 3, "engine_config": 2, "api_server_version": 1}
 

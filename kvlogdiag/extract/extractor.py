@@ -715,6 +715,15 @@ class Extractor:
     def _h_using_max_model_len(self, m, line, fact):
         self._config("max_model_len", fact, _int(m.group("n")), "using_max_model_len")
 
+    def _h_tpu_block_size(self, m, line, fact):
+        self._config("block_size", fact, _int(m.group("n")), "block_size_line")
+
+    def _h_load_model_line(self, m, line, fact):
+        self._config("model", fact, m.group("model"), "load_model_line")
+
+    def _h_offline_model_path(self, m, line, fact):
+        self._config("model", fact, m.group("model_id"), "offline_model_id")
+
     def _h_fp8_kv_cache(self, m, line, fact):
         self._event("fp8_kv_cache", fact)
         if "fp8_ds_mla" in m.group("what"):
@@ -932,6 +941,16 @@ class Extractor:
                     deferred = int(tm.group("deferred"))
         if deferred:
             st.deferred_lines += 1
+        if running and usage is not None and m.group("swapped") is None and m.group("aggregated") is None:
+            # one engine's V1 line (an aggregated line averages the usage over engines): the workload sums
+            st.workload_lines += 1
+            st.prompt_tps_sum += float(m.group("prompt_tps"))
+            st.gen_tps_sum += float(m.group("gen_tps"))
+            st.running_sum += running
+            st.kv_usage_running_sum += usage
+            if st.workload_first is None:
+                st.workload_first = fact
+            st.workload_last = fact
         # vLLM >= 0.20 prints Waiting including the Deferred requests (blocked on remote KV, grammar, streamed
         # input: loggers.py), which no step budget could have admitted
         if running == 1 and waiting - deferred > 0:

@@ -107,6 +107,15 @@ class StatsSummary:
     deferred_lines: int = 0  # lines with "Deferred: N reqs" > 0 (blocked waiting requests, vLLM >= 0.20)
     prefix_hit_last: float | None = None
     engines: set = field(default_factory=set)
+    # V1 lines with Running > 0 and a KV usage: their sums, for the workload `kvlogdiag deployment`
+    # infers when no --avg-prompt-len / --avg-output-len is given (modes/deployment.py, infer_workload)
+    workload_lines: int = 0
+    prompt_tps_sum: float = 0.0
+    gen_tps_sum: float = 0.0
+    running_sum: int = 0
+    kv_usage_running_sum: float = 0.0  # sum of the KV usage % of those lines
+    workload_first: Fact | None = None
+    workload_last: Fact | None = None
 
     def add_kv_usage(self, pct: float, fact: Fact) -> None:
         self.kv_usage_samples += 1

@@ -21,7 +21,7 @@ import re
 from collections import OrderedDict, deque
 from typing import Any, Callable
 
-from kvlogdiag.catalogue.failures import FailureCatalogue, FailureMatch, catalogue, harvested_source
+from kvlogdiag.catalogue.failures import FailureCatalogue, FailureMatch, catalogue, harvested_source, library_source
 from kvlogdiag.input.reader import Line
 
 WINDOW = 40
@@ -63,9 +63,32 @@ _RUNTIME_FRAME = re.compile(r'^File "[^"]*", line \d+,? in (?:run_engine_loop|en
                             r'create_completion|chat_completion_stream_generator|completion_stream_generator|'
                             r'generate|'
                             # sleep mode: an engine woken up or put to sleep had started (LLM.wake_up/sleep)
-                            r'wake_up|sleep)\b'
+                            r'wake_up|sleep|'
+                            # V0's async engine stepping (vllm 0.10.2 vllm/engine/async_llm_engine.py:261 step_async →
+                            # :339 execute_model_async); start-up profiles through the synchronous execute_model
+                            r'step_async|execute_model_async|_driver_execute_model_async|'
+                            # V1's engine step (vllm 0.10.2 vllm/v1/engine/core.py:262,334)
+                            r'execute_model_with_error_logging)\b'
+                            # V1 workers run execute_model only for a scheduled batch (0.10.2 v1/worker/gpu_worker.py:425
+                            # → gpu_model_runner.py:2000, called from EngineCore.step); start-up uses _dummy_run
+                            r'|^File "[^"]*/vllm/v1/worker/\w+\.py", line \d+,? in execute_model\b'
                             # a program's call on an LLM that was constructed (entrypoints/llm.py)
                             r'|^File "[^"]*entrypoints/llm\.py", line \d+,? in (?:collective_rpc|chat|encode|embed|score|classify|reward)\b')
+# frames of a start-up: the engine / workers being built, the model loaded, the KV cache profiled and
+# allocated, CUDA graphs captured (vllm 0.11.2 vllm/v1/engine/core.py EngineCore.__init__ →
+# _initialize_kv_caches; v1/worker/gpu_worker.py init_device / load_model / determine_available_memory /
+# initialize_from_config / compile_or_warm_up_model; V0 worker.py determine_num_available_blocks)
+_STARTUP_FRAME = re.compile(r'^File "[^"]*", line \d+,? in (?:__init__|init_device|load_model|determine_available_memory|'
+                            r'determine_num_available_blocks|profile_run|_dummy_run|_dummy_sampler_run|initialize_from_config|'
+                            r'initialize_cache|_initialize_kv_caches|initialize_kv_cache|capture_model|compile_or_warm_up_model|'
+                            r'run_engine_core|from_engine_args|from_vllm_config|build_async_engine_client\w*|'
+                            r'init_worker|init_device_mesh|_init_executor|_init_workers\w*|make_client|launch_core_engines|'
+                            r'wait_for_engine_startup|get_model|load_weights|create_engine_config|run_server|'
+                            # process groups set up, the dtype checked, graphs captured, the model compiled
+                            # (torch.compile / dynamo / inductor run while vLLM warms up, not per step)
+                            r'init_worker_distributed_environment|ensure_model_parallel_initialized|initialize_model_parallel|'
+                            r'init_distributed_environment|init_model|_check_if_gpu_supports_dtype|capture_begin|capture_end|'
+                            r'_compile|compile_inner|_compile_inner|compile_fx\w*|transform_code_object)\b')
 # lines only a server that finished starting prints: the engine core was constructed and entered its busy
 # loop (vllm 0.11.2 vllm/v1/engine/core.py:835-845 `run_engine_core`: "EngineCore failed to start." while
 # `engine_core is None`, "EngineCore encountered a fatal error." after), and the API server's output
@@ -79,7 +102,10 @@ _RUNTIME_MARKERS = ("EngineCore encountered a fatal error", "AsyncLLM output_han
                     # V0's API server after the engine died while handling a request (entrypoints/launcher.py)
                     "MQLLMEngine is already dead",
                     # a chat template rendered for a request (entrypoints/chat_utils.py, per request)
-                    "while applying chat template")
+                    "while applying chat template",
+                    # the scheduler telling the KV connector about a request's blocks (vllm 0.10.2
+                    # vllm/v1/core/sched/scheduler.py:493, once per scheduled request; NIXL logs it at DEBUG)
+                    "update_state_after_alloc")
 # ... and lines about a request (an id the OpenAI server gives it, "for request <id>"), or the engine core
 # failing a utility call (vllm 0.11.2 vllm/v1/engine/core.py:918 "Invocation of %s method failed")
 _RUNTIME_LINE = re.compile(r"\b(?:chatcmpl|cmpl|embd)-[0-9a-f]{8}|\bfor request (?:chatcmpl|cmpl|[\w-]{12,})|\bInvocation of \w+ method failed"
@@ -98,6 +124,14 @@ _WRAPPER = re.compile(r"unhandled cuda error|ncclUnhandledCudaError|unhandled sy
 # a reporter's Markdown emphasis around a pasted line (**_ValueError: ..._**, `ValueError: ...`)
 _MD_OPEN = re.compile(r"^[*_`]{1,3}(?=[A-Za-z])")
 _MD_CLOSE = re.compile(r"(?<=\S)[*_`]{1,3}$")
+# an exception inside backticks anywhere in a line of prose (or a wrapper's message), as text or repr
+_TICKED_EXC = re.compile(r"`[^`]*?(?P<exc_text>(?<![\w.])(?P<name>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception))"
+                         r"(?:: [^`]{8,}|\((?P<q>[\"'])[^`]{8,}(?P=q)\)))`")
+_QUOTED_EXC = re.compile(r"""^["'](?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception): \S""")
+# a traceback frame whose start the paste cut off (`vllm/model_executor/models/x.py", line 53, in __init__`)
+_CUT_FRAME = re.compile(r'^[^"\s]+\.py", line \d+, in \w+$')
+# a message that starts with one of vLLM's parameter names (`max_num_scheduled_tokens is set to -1792, …`)
+_PARAM_LEAD = re.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)+ ")
 _WARNING_EXC = re.compile(r"Warning$")
 # a string literal of a raise statement's message, as a traceback prints the source ("raise X(\"...\" ")
 _LITERAL = re.compile(r'"((?:[^"\\]|\\.)*)"|\'((?:[^\'\\]|\\.)*)\'')
@@ -127,11 +161,16 @@ def split_level(text: str) -> tuple[str | None, str]:
     return None, text
 
 
+_TORCH_RANK = re.compile(r"^\[rank(\d+)\]:")
+
+
 def process_of(line: Line) -> str | None:
     """The process a line came from as its prefix names it (``VllmWorker-0 pid=13513``); of nested
     prefixes (``(APIServer pid=1) (EngineCore_DP0 pid=181) (Worker_TP1 pid=189)``, a launcher relaying
     its children's output) the innermost one, the process that printed the line."""
     raw = line.raw
+    if raw.startswith("[rank") and (tm := _TORCH_RANK.match(raw)):
+        return f"rank{tm.group(1)}"  # torch.distributed's own "[rank0]:" prefix on a rank's C++ log lines
     if not (raw.startswith("(") or ") " in raw[:HEAD_WINDOW]):
         return line.rank
     last = None
@@ -174,6 +213,7 @@ class StartupTracker:
         self.cat = cat or catalogue()
         self._tb: OrderedDict[str | None, deque[tuple[int, str]]] = OrderedDict()  # open tracebacks
         self._tb_level: dict[str | None, str | None] = {}  # the log level of each open traceback
+        self._headless: set[str | None] = set()  # open tracebacks the excerpt starts inside (frames, no header)
         self._validation: dict[str | None, str] = {}  # process → config class of an open pydantic block
         self.cause: _Candidate | None = None
         self.echoes: list[dict] = []
@@ -235,6 +275,9 @@ class StartupTracker:
         body_s = body.strip()
         if body_s[:1] in ("*", "_", "`") and _MD_OPEN.match(body_s):
             body_s = _MD_CLOSE.sub("", _MD_OPEN.sub("", body_s))
+        elif body_s[:1] in ('"', "'") and len(body_s) > 2 and body_s[-1] == body_s[0] and _QUOTED_EXC.match(body_s):
+            # a pasted error quoted as a string ("ValueError: …")
+            body_s = body_s[1:-1]
         else:
             lead = _LEAD.match(body_s)
             if lead:
@@ -281,9 +324,10 @@ class StartupTracker:
             self.runtime_line = line.number
             self.cause = None
         tb = self._tb.get(proc)
-        if tb is None and level not in ("INFO", "DEBUG", "WARNING", "WARN") and _FRAME.match(body_s):
+        if tb is None and level not in ("INFO", "DEBUG", "WARNING", "WARN") and (_FRAME.match(body_s) or _CUT_FRAME.match(body_s)):
             # an excerpt that starts inside a traceback: its frames without the first line
             self._open_tb(proc, line.number, body_s, level)
+            self._headless.add(proc)
             return
         # the source line a traceback prints under each frame ("raise ValueError(\"...\")") quotes the
         # message but is not the error
@@ -316,6 +360,14 @@ class StartupTracker:
         vm = _VALIDATION.search(body_s)
         if vm:
             self._validation[proc] = vm.group("config")
+        c0 = self.cause
+        if c0 is not None and c0.line == line.number - 1 and c0.process == proc and _VALIDATION.search(c0.text):
+            # "vllm serve: error: argument --x: 1 validation error for CompilationConfig" and, on the next
+            # line, the item pydantic says is wrong: the item is what the operator must correct
+            im = _PYDANTIC_ITEM.match(body_s)
+            if im:
+                c0.text = f"{c0.text}: {(im.group('value_error') or im.group('item')).strip()}"
+                return
         if self.cause is not None or code_line:
             return
         m = self.cat.match(body_s)
@@ -355,9 +407,16 @@ class StartupTracker:
             self._set_cause(line, proc, text_c, None, exc, "unknown", {}, tb)
             if len(line.raw) >= 60:
                 self._join_from = line.number
+        elif em is None and self._bare is None and not code_line and level is None and "`" in line.raw \
+                and (tm := _TICKED_EXC.search(line.raw)) is not None:
+            # an error a reporter quotes in a sentence ("I encounter `RuntimeError: No HIP GPUs are available`"):
+            # the cause only if the log itself shows none
+            inner = tm.group("exc_text")
+            self._bare = self._candidate(line, proc, inner, self.cat.match(inner), tm.group("name"), "unknown",
+                                         {"quoted_in_prose": "yes"}, None)
         elif em is None and self._bare is None and not code_line and level in (None, "ERROR") and 24 <= len(body_s) <= 600 \
                 and death is None \
-                and body_s[:1].isupper() and harvested_source(body_s) is not None:
+                and (body_s[:1].isupper() or _PARAM_LEAD.match(body_s)) and harvested_source(body_s) is not None:
             # the message of one of vLLM's raises printed without its exception name (a print, a relay)
             self._bare = self._candidate(line, proc, body_s, None, None, "unknown", {}, None)
         elif em and exc and not _WARNING_EXC.search(exc) and not vm and self._bare is None \
@@ -431,6 +490,7 @@ class StartupTracker:
         return m.span[0] > 0 and ("with error '" in head or "while processing method" in head)
 
     def _open_tb(self, proc: str | None, number: int, text: str, level: str | None) -> None:
+        self._headless.discard(proc)
         if proc in self._tb:
             self._tb.move_to_end(proc)
         self._tb[proc] = deque([(number, text)], maxlen=WINDOW)
@@ -482,6 +542,11 @@ class StartupTracker:
         open_tb = self._failing_tracebacks() if not (served or self.runtime_line) else []
         if c is None and open_tb:
             c = self._raise_statement_cause()
+        if c is None and open_tb and not (self.echoes or self.deaths) and all(p in self._headless for p, _ in open_tb) \
+                and not any(_STARTUP_FRAME.search(t) for p, _ in open_tb for _, t in self._tb[p]):
+            # frames only, from the middle of a traceback, with no exception, no start-up frame and no echo: an
+            # exception is shown, but nothing says it ended a start rather than a running server's step
+            open_tb = []
         shown = bool(self.echoes) or bool(self.deaths) or bool(open_tb)
         if not (served or self.runtime_line):
             w = self._weak
@@ -518,8 +583,18 @@ class StartupTracker:
                 if src is not None:
                     out["raised_in"] = {"file": src[0]["f"], "versions": f"{src[0]['first']}-{src[0]['last']}",
                                         "exception": src[0]["e"]}
-                    if cls == "unknown" and src[1] is not None:
+                    if src[1] is not None and (cls == "unknown" or cls == "config" and c.exception == "ValidationError"
+                                                and src[1] in ("quant", "dtype", "parallel", "arch")):
+                        # pydantic reports a ValueError raised while validating: the file that raised it (the
+                        # model registry, a quantization method) names the class, not the wrapper
                         cls = src[1]
+                else:
+                    lib = library_source(c.text)
+                    if lib is not None:
+                        out["raised_in"] = {"file": lib[0]["f"], "versions": f"{lib[0]['first']}-{lib[0]['last']}",
+                                            "exception": lib[0]["e"], "library": lib[0]["p"]}
+                        if cls == "unknown" and lib[1] is not None:
+                            cls = lib[1]
                 out.update(cause_id="config_validation" if c.generic_class == "config" else "uncatalogued",
                            cause_class=cls,
                            fix=("Correct the setting the message names." if cls == "config"

@@ -22,6 +22,8 @@ from tabulate import tabulate
 from kvlogdiag.deployment_result import Citation, Deployment, DeploymentFinding, DeploymentNode, OffloadBuffer
 from kvlogdiag.derive.architecture import lookup_model
 from kvlogdiag.derive.figures import dig_additional
+from kvlogdiag.derive.workload import describe as describe_workload
+from kvlogdiag.derive.workload import infer_workload
 from kvlogdiag.extract.runs import server_starts
 from kvlogdiag.input.reader import open_input
 from kvlogdiag.pipeline import Analyzer
@@ -35,6 +37,8 @@ from kvlogdiag.rules.deployment_rules import (
 
 GIB = 1 << 30
 GROUP_BY = ("auto", "dir", "model", "all")
+# KVTransferConfig's default (vllm 0.23.0 vllm/config/kv_transfer.py:57): every deployment that does not set it shares it
+DEFAULT_KV_PORT = 14579
 MOONCAKE = ("MooncakeConnectorV1", "MooncakeHybridConnector", "MooncakeLayerwiseConnector", "MooncakeConnector")
 OFFLOAD = ("OffloadingConnector", "SimpleCPUOffloadConnector", "RecomputeCPUOffloadConnector")
 _MLA = re.compile(r"deepseek[-_ ]?(?:v2|v3|r1|v4)|kimi[-_ ]?k2", re.I)
@@ -49,9 +53,11 @@ class Workload:
     avg_prompt_len: int | None = None
     avg_output_len: int | None = None
     host_ram_gib: float | None = None
+    inferred: dict[str, Any] | None = None  # set when the lengths come from the stats lines (`infer_workload`)
 
     @property
     def given(self) -> bool:
+        """Both lengths known (given on the command line, or inferred from the stats lines)."""
         return self.avg_prompt_len is not None and self.avg_output_len is not None
 
 
@@ -216,7 +222,20 @@ def analyze_log(analyzer: Analyzer, path: str, max_bytes: int) -> LoggedNode:
     a = result.current
     starts = server_starts(session.runs)
     extras = _extras(starts[-1] if starts else None)
-    return LoggedNode(path, a, node_from_analysis(a, _stem(path), extras), extras)
+    node = node_from_analysis(a, _stem(path), extras)
+    node.workload_stats = workload_stats(starts[-1].stats) if starts else None
+    return LoggedNode(path, a, node, extras)
+
+
+def workload_stats(st: Any) -> dict[str, Any] | None:
+    """The stats-line sums a node's workload inference needs (None: no line with running requests)."""
+    if not st.workload_lines:
+        return None
+    return {"lines": st.workload_lines, "prompt_tps_sum": round(st.prompt_tps_sum, 3),
+            "gen_tps_sum": round(st.gen_tps_sum, 3), "running_sum": st.running_sum,
+            "kv_usage_running_sum": round(st.kv_usage_running_sum, 3),
+            "first_line": st.workload_first.line if st.workload_first else None,
+            "last_line": st.workload_last.line if st.workload_last else None}
 
 
 def _stem(path: str) -> str:
@@ -306,7 +325,7 @@ def _peer_keys(n: DeploymentNode) -> set[tuple]:
         k.add(("model", model_id(n.model)))
     if n.declared_prefill:
         k.add(("layout", tuple(sorted(n.declared_prefill.items())), tuple(sorted((n.declared_decode or {}).items()))))
-    if n.kv_port is not None:
+    if n.kv_port is not None and n.kv_port != DEFAULT_KV_PORT:
         k.add(("port", n.kv_port))
     if n.engine_id:
         k.add(("engine", n.engine_id))
@@ -365,7 +384,10 @@ def node_values(n: DeploymentNode, w: Workload) -> dict[str, Any]:
         "quantization": n.quantization, "vllm_version": n.vllm_version, "platform": n.platform,
         "tp": n.tp or 1, "pp": n.pp or 1, "dp": n.dp or 1, "dp_local": n.dp_local, "ep": n.ep,
         "block_size": n.block_size, "kv_cache_dtype": n.kv_cache_dtype, "bytes_per_token": bpt,
-        "bpt_effective": n.bytes_per_token_kind == "effective",
+        # vLLM >= 0.21 prints every pool at max_model_len; it differs from the tokens held only for a hybrid
+        # model, so a model known to be dense is not flagged (an unknown one is: it may be hybrid)
+        "bpt_effective": n.bytes_per_token_kind == "effective" and not ((arch := lookup_model(n.model or "")) is not None
+                                                                         and not arch.is_hybrid),
         "bytes_per_token_total": (bpt if rep else bpt * (n.tp or 1)) if bpt is not None else None,
         "kv_latent_replicated": rep, "pool_tokens": n.pool_tokens_per_dp_group,
         "max_num_seqs": n.max_num_seqs, "max_num_batched_tokens": n.max_num_batched_tokens,
@@ -442,6 +464,8 @@ def deployment_values(nodes: list[DeploymentNode], w: Workload) -> dict[str, Any
         "offloading_producers": names([n for n in prod if "OffloadingConnector" in n.connectors]),
         "offloading_consumers": names([n for n in cons if "OffloadingConnector" in n.connectors]),
         "avg_prompt_len": w.avg_prompt_len, "avg_output_len": w.avg_output_len, "workload_given": w.given,
+        "workload_inferred": w.given and w.inferred is not None,
+        "workload_note": describe_workload(w.inferred) if w.given and w.inferred else None,
         "decode_groups": groups(cons), "prefill_groups": groups(prod),
         "decode_capacity": None, "prefill_capacity": None, "first_out": None, "first_out_concurrency": None,
     }
@@ -453,12 +477,15 @@ def deployment_values(nodes: list[DeploymentNode], w: Workload) -> dict[str, Any
 def capacity(nodes: list[DeploymentNode], w: Workload) -> dict[str, Any]:
     """D and P capacity of the deployment at the workload (docs/deployment.md, worked example)."""
     if not w.given:
-        return {"workload": None}
+        return {"workload": None, **({"workload_inference": w.inferred} if w.inferred else {})}
     prod = [n for n in nodes if n.kv_role == "kv_producer"]
     cons = [n for n in nodes if n.kv_role == "kv_consumer"]
     per_node = {n.name: capacity_values(n, w) for n in prod + cons}
-    out: dict[str, Any] = {"workload": {"avg_prompt_len": w.avg_prompt_len, "avg_output_len": w.avg_output_len},
+    out: dict[str, Any] = {"workload": {"avg_prompt_len": w.avg_prompt_len, "avg_output_len": w.avg_output_len,
+                                        "source": "stats lines" if w.inferred else "given"},
                            "nodes": per_node}
+    if w.inferred:
+        out["workload_inference"] = w.inferred
     dv: dict[str, int | None] = {"decode_groups": None, "prefill_groups": None}
     by_inst: dict[str, dict[tuple, int]] = {"d": {}, "p": {}}
     for side, ns in (("d", cons), ("p", prod)):
@@ -532,6 +559,9 @@ def _deployment_cites(nodes: list[DeploymentNode]) -> dict[str, list[tuple[str, 
         "offloading_producers": cite(lambda n: prod(n) and "OffloadingConnector" in n.connectors, "kv_transfer_config"),
         "offloading_consumers": cite(lambda n: cons(n) and "OffloadingConnector" in n.connectors, "kv_transfer_config"),
         "producers": cite(prod, "kv_transfer_config"), "consumers": cite(cons, "kv_transfer_config"),
+        # the first and last stats line each node's inferred workload sums (when it is inferred)
+        "workload_note": [(n.name, n.workload_stats[k]) for n in nodes if n.workload_stats and n.kv_role in
+                          ("kv_producer", "kv_consumer") for k in ("first_line", "last_line")],
     }
 
 
@@ -567,11 +597,13 @@ def scope_envs(nodes: list[DeploymentNode], w: Workload) -> Any:
                              findings) for n in servers]
         if scope == "pair":
             out = []
+            dep_cites = {"workload_note": _deployment_cites(servers)["workload_note"]} if base["workload_inferred"] else {}
             for p in representatives([n for n in servers if n.kv_role == "kv_producer"]):
                 for d in representatives([n for n in servers if n.kv_role == "kv_consumer"]):
                     values = {**base, **{f"p.{k}": v for k, v in nv[p.name].items()},
                               **{f"d.{k}": v for k, v in nv[d.name].items()}}
-                    out.append(ScopeEnv(values, (p.name, d.name), {**_node_cites(p, "p"), **_node_cites(d, "d")}, findings))
+                    out.append(ScopeEnv(values, (p.name, d.name), {**_node_cites(p, "p"), **_node_cites(d, "d"), **dep_cites},
+                                        findings))
             return out
         hosts = host_table(nodes, w)
         return [ScopeEnv({**base, "host.name": h, "host.nodes": t["nodes"], "host.ranks": t["ranks"],
@@ -590,7 +622,7 @@ def build_deployment(name: str, nodes: list[DeploymentNode], workload: Workload 
                      rules: DeploymentRuleSet | None = None, params: dict[str, dict[str, Any]] | None = None,
                      errors: list[str] | None = None, grouped_by: str = "auto") -> Deployment:
     """Findings and capacity of one deployment's nodes (a node table works as well as analysed logs)."""
-    w = workload or Workload()
+    w = workload_for(nodes, workload or Workload())
     rules = rules if rules is not None else load_deployment_rules()
     raw = evaluate_deployment(rules, scope_envs(nodes, w), params, errors)
     # a node-scope verdict that is the same on several nodes (one shared launch template) is one finding
@@ -614,6 +646,18 @@ def build_deployment(name: str, nodes: list[DeploymentNode], workload: Workload 
         findings.append(DeploymentFinding(f.rule.code, f.rule.name, f.severity, message, fix, names, cites, links,
                                           f.rule.summary))
     return Deployment(name, nodes, findings, capacity(nodes, w), host_table(nodes, w), grouped_by)
+
+
+def workload_for(nodes: list[DeploymentNode], w: Workload) -> Workload:
+    """``w``, or — when neither length is given — the workload the stats lines support (`infer_workload`).
+
+    The inference is kept in ``w.inferred`` either way (with a ``reason`` when it gives no figure)."""
+    if w.avg_prompt_len is not None or w.avg_output_len is not None:
+        return w
+    inf = infer_workload([n for n in nodes if n.kv_role == "kv_producer"], [n for n in nodes if n.kv_role == "kv_consumer"])
+    if inf["avg_prompt_len"] is None:
+        return Workload(None, None, w.host_ram_gib, inf)
+    return Workload(inf["avg_prompt_len"], inf["avg_output_len"], w.host_ram_gib, inf)
 
 
 def deployments_from_logs(paths: Iterable[str], analyzer: Analyzer, workload: Workload | None = None,
@@ -669,6 +713,8 @@ def render_text(deps: list[Deployment], min_severity: str = "info") -> str:
             wl = cap["workload"]
             out.append(f"Capacity at avg prompt {wl['avg_prompt_len']:,} + output {wl['avg_output_len']:,} tokens "
                        "(per DP group; D holds prompt + output so far, P the prompt until it is sent)")
+            if cap.get("workload_inference"):
+                out.append(f"  ({describe_workload(cap['workload_inference'])})")
             for name, c in cap["nodes"].items():
                 out.append(f"  {name}: live {_fmt(c['live_tokens_avg'])} tokens (peak {_fmt(c['live_tokens_peak'])}), "
                            f"prompts {_fmt(c['prefill_tokens'])}; the pool holds {_fmt(c['fit_avg'])} requests "
@@ -676,6 +722,10 @@ def render_text(deps: list[Deployment], min_severity: str = "info") -> str:
             if cap.get("first_out"):
                 out.append(f"  runs out first: {cap['first_out']} side, at {cap['first_out_concurrency']:,} concurrent "
                            "requests per DP group")
+            out.append("")
+        elif (cap.get("workload_inference") or {}).get("reason"):
+            out.append(f"Capacity: no workload given (--avg-prompt-len, --avg-output-len), and none inferred from the "
+                       f"stats lines: {cap['workload_inference']['reason']}.")
             out.append("")
         if d.hosts:
             out.append("Hosts: " + "; ".join(
@@ -699,3 +749,43 @@ def render_text(deps: list[Deployment], min_severity: str = "info") -> str:
                 out.append(f"      fix: {f.fix}")
         out.append("")
     return "\n".join(out)
+
+
+# --- scan --group-by: the deployment column ---------------------------------------------------
+
+PEER_FIELDS = ("role", "kv_role", "model", "kv_port", "engine_id", "declared_prefill", "declared_decode")
+
+
+def peer_record(a: Analysis) -> str:
+    """What `group_nodes` reads of one run, as JSON text (a scan row carries it, also through --state)."""
+    import json
+
+    n = node_from_analysis(a, "")
+    return json.dumps({k: getattr(n, k) for k in PEER_FIELDS}, sort_keys=True)
+
+
+def deployment_column(rows: list[dict[str, Any]], arg_of: dict[str, str], group_by: str) -> list[dict[str, Any]]:
+    """The rows, each with ``deployment``: the deployment its file belongs to, grouped as ``kvlogdiag deployment``.
+
+    One node per file (per container of a multi-container log), from its current (last) run, as
+    ``deployment`` reads each log; every run of the file gets that name. ``arg_of`` maps a row's
+    ``source`` to the PATH argument it was found under. A row without an analysis (``error``) gets none."""
+    import json
+
+    last: dict[tuple, dict[str, Any]] = {}
+    for r in rows:
+        if r.get("deployment_peer"):
+            last[(r["source"], r.get("container"))] = r
+    items = []
+    keys: dict[int, tuple] = {}
+    for key, r in last.items():
+        peer = json.loads(r["deployment_peer"])
+        node = DeploymentNode(name=str(key[0]), **{k: peer.get(k) for k in PEER_FIELDS})
+        ln = LoggedNode(str(key[0]), None, node)
+        keys[id(ln)] = key
+        items.append((arg_of.get(r["source"], r["source"]), ln))
+    name_of: dict[tuple, str] = {}
+    for name, lns in group_nodes(items, group_by):
+        for ln in lns:
+            name_of[keys[id(ln)]] = name
+    return [dict(r, deployment=name_of.get((r["source"], r.get("container")))) for r in rows]

@@ -28,6 +28,7 @@ from kvlogdiag.derive.figures import as_float
 from kvlogdiag.errors import KvlogdiagError
 from kvlogdiag.fileio import read_regular, replace_atomically, write_atomic
 from kvlogdiag.input.reader import InputError, make_line, open_input
+from kvlogdiag.modes.deployment import peer_record
 from kvlogdiag.pipeline import Analyzer
 from kvlogdiag.render.analysis import md_escape
 from kvlogdiag.render.redact import escape_controls
@@ -358,8 +359,15 @@ def row_from_analysis(source: str, a: Analysis) -> dict[str, Any]:
         "n_info": sum(1 for f in fs if f.severity == Severity.INFO),
         "findings": ",".join(codes) or None,
         "error": None,
+        # not a column: what `scan --group-by` groups on (modes/deployment.py, deployment_column)
+        "deployment_peer": peer_record(a),
     })
     return row
+
+
+def row_columns(rows: list[dict]) -> tuple[str, ...]:
+    """The columns of these rows: `COLUMNS`, and ``deployment`` after them when ``--group-by`` set it."""
+    return COLUMNS + ("deployment",) if any("deployment" in r for r in rows) else COLUMNS
 
 
 # --- workers ---------------------------------------------------------------------------------
@@ -544,7 +552,8 @@ def to_frame(rows: list[dict]):
     import pandas as pd
 
     data: dict[str, Any] = {}
-    for c in COLUMNS:
+    columns = row_columns(rows)
+    for c in columns:
         vals = [r.get(c) for r in rows]
         if c in INT_COLUMNS:
             data[c] = pd.array([None if v is None or isinstance(v, bool) else int(v) for v in vals], dtype="Int64")
@@ -554,7 +563,7 @@ def to_frame(rows: list[dict]):
             data[c] = pd.array([None if v is None else bool(v) for v in vals], dtype="boolean")
         else:
             data[c] = pd.array([None if v is None else str(v) for v in vals], dtype=object)
-    return pd.DataFrame(data, columns=list(COLUMNS))
+    return pd.DataFrame(data, columns=list(columns))
 
 
 _NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
@@ -584,7 +593,8 @@ def _markdown(rows: list[dict]) -> str:
             return f"{v:.6g}"
         return escape_controls(md_escape(v))
 
-    body = tabulate([[cell(r.get(c)) for c in COLUMNS] for r in rows], headers=list(COLUMNS), tablefmt="github",
+    columns = row_columns(rows)
+    body = tabulate([[cell(r.get(c)) for c in columns] for r in rows], headers=list(columns), tablefmt="github",
                     disable_numparse=True)
     return f"# kvlogdiag scan\n\n{len(rows)} files\n\n{body}\n"
 
@@ -596,9 +606,11 @@ def render_rows(fmt: str, rows: list[dict]) -> str:
     if fmt == "csv":
         return formula_safe(to_frame(rows)).to_csv(index=False)
     if fmt == "json":
-        return json.dumps([{c: r.get(c) for c in COLUMNS} for r in rows], indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+        return json.dumps([{c: r.get(c) for c in row_columns(rows)} for r in rows], indent=2, ensure_ascii=False,
+                          allow_nan=False) + "\n"
     if fmt == "jsonl":
-        return "".join(json.dumps({c: r.get(c) for c in COLUMNS}, ensure_ascii=False, allow_nan=False) + "\n" for r in rows)
+        return "".join(json.dumps({c: r.get(c) for c in row_columns(rows)}, ensure_ascii=False, allow_nan=False) + "\n"
+                       for r in rows)
     return _markdown(rows)
 
 
