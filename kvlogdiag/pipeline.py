@@ -14,13 +14,19 @@ from kvlogdiag.derive.figures import derive
 from kvlogdiag.extract.commands import PREFILTER_KEYWORDS as COMMAND_KEYWORDS
 from kvlogdiag.extract.extractor import Extractor
 from kvlogdiag.extract.facts import LogFacts
+from kvlogdiag.extract.metrics import add_scrape, metrics_json, use_metrics
 from kvlogdiag.extract.platform import keywords as platform_keywords
 from kvlogdiag.extract.runs import server_starts
+from kvlogdiag.input.metrics import SNIFF_BYTES as METRICS_SNIFF_BYTES
+from kvlogdiag.input.metrics import MetricsError, parse_scrapes
+from kvlogdiag.input.metrics import sniff as metrics_sniff
 from kvlogdiag.input.reader import (
+    CHUNK_BYTES,
     DEFAULT_MAX_BYTES,
     InputError,
     Line,
     LineStats,
+    _read_error,
     detect_hard_wrap,
     iter_lines,
     open_input,
@@ -218,13 +224,25 @@ class Analyzer:
         return stats
 
     def analyze_facts(self, facts: LogFacts) -> Analysis:
-        """Figures and findings of one run's facts."""
+        """Figures and findings of one run's facts (its runtime samples from the scrapes when its log has
+        no stats lines: `kvlogdiag.extract.metrics.use_metrics`)."""
+        facts = use_metrics(facts)
         derived = derive(facts)
-        findings = evaluate(self.rules, facts, derived, self.options, self.rule_errors)
-        return build_analysis(facts, derived, findings)
+        if facts.metrics_info is not None:  # present only when /metrics was read: logs keep their JSON
+            derived["runtime"]["source"] = facts.runtime_from
+            derived["runtime"]["preemptions_source"] = facts.preemptions_from if facts.runtime_from == "log" else "metrics"
+            derived["runtime"]["metrics"] = metrics_json(facts)
+        suggestions: list[dict] = []
+        findings = evaluate(self.rules, facts, derived, self.options, self.rule_errors, suggestions)
+        analysis = build_analysis(facts, derived, findings)
+        analysis.suggestions = suggestions
+        return analysis
 
     def analyze_stream_split(self, fh: BinaryIO, source: str) -> list[InputAnalysis]:
-        """One `InputAnalysis` per container of ``fh`` (one for a log of one server): see `ContainerSessions`."""
+        """One `InputAnalysis` per container of ``fh`` (one for a log of one server): see `ContainerSessions`.
+        A saved Prometheus ``/metrics`` scrape (recognised by content) is analysed as one (`analyze_metrics`)."""
+        if _is_scrape(fh, source):
+            return [self.analyze_metrics(fh, source)]
         router = ContainerSessions(self, source)
         self.last_feed = None
         stats = self.read(fh, source, router)
@@ -237,6 +255,28 @@ class Analyzer:
         """The analysis of ``fh``; of a multi-container log, its first container's (never a merge:
         `analyze_stream_split` gives them all)."""
         return self.analyze_stream_split(fh, source)[0]
+
+    def analyze_metrics(self, fh: BinaryIO, source: str) -> InputAnalysis:
+        """A saved scrape (or several concatenated): its vLLM figures as the runtime samples of one run,
+        through the same rules. Raises `InputError` naming the line when it does not parse."""
+        data = fh.read()
+        name = "<stdin>" if source == "-" else source
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InputError(f"{name}: a Prometheus exposition that is not UTF-8 (byte {exc.start:,})") from None
+        try:
+            scrapes = parse_scrapes(text)
+        except MetricsError as exc:
+            at = f":{exc.line}" if exc.line else ""
+            raise InputError(f"{name}{at}: {exc}") from None
+        ex = self.new_extractor(source)
+        ex.facts.metrics_input = True
+        for sc in scrapes:
+            add_scrape(ex.facts, sc, source)
+        n = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
+        facts = ex.finish(n)
+        return InputAnalysis(source, [self.analyze_facts(facts)])
 
     def analyze_source_split(self, source: str, max_bytes: int = DEFAULT_MAX_BYTES) -> list[InputAnalysis]:
         """Read and analyse one input, per container. Raises `InputError` when it cannot be read at all."""
@@ -252,6 +292,22 @@ class Analyzer:
     def analyze_source(self, source: str, max_bytes: int = DEFAULT_MAX_BYTES) -> InputAnalysis:
         """Read and analyse one input (its first container's analysis: see `analyze_stream`)."""
         return self.analyze_source_split(source, max_bytes)[0]
+
+
+def _is_scrape(fh: BinaryIO, source: str) -> bool:
+    """Whether ``fh`` starts like a Prometheus exposition (its buffered head, peeked: nothing is consumed).
+    A head that cannot be read (a truncated or corrupt archive) raises `InputError` exactly as the reader's
+    own first peek does (`detect_hard_wrap`: keep the two alike)."""
+    peek = getattr(fh, "peek", None)
+    if peek is None:
+        return False
+    try:
+        head = peek(CHUNK_BYTES)[:METRICS_SNIFF_BYTES]
+    except InputError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - gzip/lzma/zstd errors differ; all are input errors
+        raise _read_error(source, exc) from None
+    return metrics_sniff(head)
 
 
 def build_analysis(facts: LogFacts, d: dict[str, Any], findings: list[dict]) -> Analysis:
@@ -281,6 +337,9 @@ def build_analysis(facts: LogFacts, d: dict[str, Any], findings: list[dict]) -> 
         startup=d.get("startup"),
         evidence=_first_lines(facts),
         extra={k: v for k, v in d.items() if k not in known},
+        launch_args={src: {k: LogLine(f.line, f.rank, f.raw, f.value) for k, f in args.items()}
+                     for src, args in facts.launch_args.items()},
+        stats_series={k: dict(v) for k, v in facts.stats.series.items()},
     )
 
 

@@ -214,6 +214,12 @@ class Analysis:
     # the container (docker compose / kubectl --prefix) of an interleaved multi-container log: each
     # container is analysed on its own; None for a log of one server
     container: str | None = None
+    # not part of the JSON (``diff`` and ``suggest`` read them): every launch argument as each kind of
+    # line stated it (source → argparse dest → line), the stats lines' figures as value → line count, and
+    # the suggested setting of each finding whose rule declares one (rules/suggestion.py)
+    launch_args: dict[str, dict[str, LogLine]] = field(default_factory=dict)
+    stats_series: dict[str, dict[float, int]] = field(default_factory=dict)
+    suggestions: list[dict[str, Any]] = field(default_factory=list)
 
     # -- views -----------------------------------------------------------------------------------
 

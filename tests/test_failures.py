@@ -20,7 +20,7 @@ from kvlogdiag.extract.failures import MAX_ECHOES, WINDOW, StartupTracker
 from kvlogdiag.input.reader import detect_hard_wrap, iter_lines, make_line, open_input, unwrap_lines
 
 DATA = Path(__file__).parent / "data"
-CASES = [p for d in ("failures", "failures_heldout", "failures_heldout2", "failures_heldout3", "failures_heldout4", "failures_heldout5", "failures_heldout6", "failures_heldout7", "failures_heldout8", "failures_heldout9", "failures_heldout10", "failures_heldout11", "failures_heldout12", "failures_heldout13") for p in sorted((DATA / d).glob("*.json"))]
+CASES = [p for d in ("failures", "failures_heldout", "failures_heldout2", "failures_heldout3", "failures_heldout4", "failures_heldout5", "failures_heldout6", "failures_heldout7", "failures_heldout8", "failures_heldout9", "failures_heldout10", "failures_heldout11", "failures_heldout12", "failures_heldout13", "failures_heldout14") for p in sorted((DATA / d).glob("*.json"))]
 
 
 def run(lines, keep=None) -> dict:
@@ -106,9 +106,6 @@ KNOWN_MISSES = {
     # round 12: a message without exception name that no harvested release raises (vLLM 0.26 on GB10;
     # not in the 0.32 sources), printed without a log head: nothing says it is an error
     "r12_17_v026_gb10_dflash_negative_scheduled_tokens",
-    # round 12: a TypeError from a CPU worker's constructor (a plugin built for another vLLM) — the labeler's
-    # class, devices, is read from the thread, not from any word or frame of the excerpt
-    "r12_20_v06_cpu_offload_cpu_worker_kv_cache_dtype",
     # round 13: Intel Gaudi's PT bridge "FATAL ERROR :: MODULE:PT_LAZY Error" (closed-source runtime, no
     # released text to catalogue it from)
     "r13_02_gaudi1_v0_pt_lazy_validate_sync_fatal",
@@ -122,7 +119,15 @@ KNOWN_MISSES = {
     "r13_15_v092_voxtral_safetensors_retry_then_cut",
     # round 13: the error is only written inside a prose sentence, without quotes or backticks
     "r13_26_v1_v100_nixl_connector_not_kvconnectorbase",
-    "r13_38_xinference_vllm_asyncengineargs_unexpected_kwarg"}
+    "r13_38_xinference_vllm_asyncengineargs_unexpected_kwarg",
+    # round 14: vendor runtime and compiler lines with no released text to catalogue them from (hipcc's
+    # "Please provide architecture", ROCm's HSA memory query, Ascend GE's TransData tiling), a KServe wrapper's
+    # "Failed to start model server: <Python message>", torch's NVML internal assert only in prose
+    "r14_05_v016_strix_halo_qwen3_omni_hip_no_architecture", "r14_06_rocm57_v032_llm_hipmemgetinfo_invalid_value",
+    "r14_24_ascend_v0110_eagle3_ge_tiling_transdata_missing", "r14_17_kserve013_hf_vllm_failed_start_division_by_zero",
+    "r14_18_kserve_hf_llama3_nvml_internal_assert_prose",
+    # round 14: failed by the thread; the excerpt stops after healthy start-up lines / one import warning
+    "r14_11_tpu_v073_device_tpu_deepseek_r1_cut", "r14_12_glm4_v054_v100_openai_api_server_cut"}
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.xfail(strict=True, reason="known miss"))
@@ -642,3 +647,29 @@ def test_a_v1_worker_executing_a_scheduled_batch_is_a_running_server():
                 "(VllmWorker rank=0 pid=7) ERROR 01-02 03:04:05 [multiproc_executor.py:600] RuntimeError: CUDA error: "
                 "an illegal memory access was encountered"])
     assert not r["failed"] and r["cause_line"] is None
+
+
+@pytest.mark.parametrize("line, cls", [
+    ("TypeError: __init__() got an unexpected keyword argument 'enable_prefix_caching'", "config"),  # a vLLM argument
+    ("ValueError: No common block size for 16 between kv_manager=[16] and backend=[64]", "block_size"),
+    ("AttributeError: 'MistralTokenizer' object has no attribute 'init_kwargs'", "tokenizer"),
+    ("RuntimeError: CUDA driver error: out of memory", "memory"),
+    ("RuntimeError: HIP error: invalid argument", "devices"),
+    ("ValueError: Unknown engine argument: task", "config"),
+])
+def test_uncatalogued_causes_are_classed_by_their_words(line, cls):
+    r = _track(["ERROR 01-02 03:04:05 [core.py:700] EngineCore failed to start.", "ERROR 01-02 03:04:05 [core.py:700] " + line])
+    assert r["cause_text"] == line and r["cause_class"] == cls
+
+
+def test_an_unexpected_keyword_that_is_not_a_vllm_argument_is_not_config():
+    r = _track(["ERROR 01-02 03:04:05 [core.py:700] TypeError: f() got an unexpected keyword argument 'zzz_not_an_arg'"])
+    assert r["cause_class"] == "unknown"
+
+
+def test_a_cancelled_asyncio_task_is_never_the_cause():
+    r = _track(["ERROR 01-02 03:04:05 [api_server.py:1] Traceback (most recent call last):",
+                'ERROR 01-02 03:04:05 [api_server.py:1]   File "/usr/lib/python3.12/asyncio/queues.py", line 158, in get',
+                "ERROR 01-02 03:04:05 [api_server.py:1] asyncio.exceptions.CancelledError",
+                "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"])
+    assert r["failed"] and r["cause_line"] is None and r["not_in_excerpt_reason"]

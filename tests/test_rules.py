@@ -283,3 +283,37 @@ def test_built_in_rules_read_only_prefiltered_lines():
     """A built-in rule with any_line()/count() makes every analysis read every line (~100x slower on long
     logs): facts a built-in rule needs come from catalogue patterns and events instead."""
     assert load_rules().line_patterns == ()
+
+
+# --- [suggest]: the one setting a finding changes (issue 15, docs/tuning.md) ---------------------------
+
+FIRING = [(r, i, s) for r, i, s in CASES if s["fires"]]
+
+
+@pytest.mark.parametrize("rule,index,sample", FIRING, ids=[f"{r.code}-{i}" for r, i, s in FIRING])
+def test_rule_suggestion_of_every_firing_sample(rule, index, sample, tmp_path):
+    """A firing sample's suggestion (when its check declares one) names a vLLM flag or a VLLM_* variable,
+    has a value of a flag's type or says what to measure, and renders without 'unknown'."""
+    from kvlogdiag.extract.commands import is_vllm_flag
+
+    opts = Options(**{k: v for k, v in (sample.get("options") or {}).items()})
+    analyzer = Analyzer(opts, rules=load_rules().selected([rule.code]))
+    path = tmp_path / "sample.log"
+    path.write_text(sample["log"].lstrip("\n"), encoding="utf-8")
+    a = analyzer.analyze_source(str(path)).current
+    assert not analyzer.rule_errors, analyzer.rule_errors
+    declared = any(c.suggest is not None for c in rule.checks)
+    for s in a.suggestions:
+        assert declared and s["rule"] == rule.code
+        assert (s["flag"] and is_vllm_flag(s["flag"])) or (s["env"] or "").startswith("VLLM_")
+        if s["automatic"]:
+            assert s["remove"] or isinstance(s["value"], (int, float, str)) and not isinstance(s["value"], bool)
+        else:
+            assert s["measure"] and "unknown" not in s["measure"], s
+        assert "unknown" not in (s["restart_and_measure"] or ""), s
+
+
+def test_rules_with_fixes_of_one_setting_declare_a_suggestion():
+    """The rules whose fix is one flag's value carry [suggest] data (kvlogdiag suggest reads it)."""
+    declared = {r.code for r in RULES if any(c.suggest is not None for c in r.checks)}
+    assert {"KVD002", "KVD003", "KVD004", "KVD005", "KVD012", "KVD013", "KVD014"} <= declared

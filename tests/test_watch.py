@@ -600,16 +600,6 @@ def test_follow_from_end_skips_existing_content(tmp_path, watches):
     assert "--from-end" in kvd017[-1]["message"] and f"{len(old):,} bytes skipped" in kvd017[-1]["message"]
 
 
-def test_follow_refuses_several_files(tmp_path):
-    """Following only the last of two -f files silently would miss a server's log."""
-    a, b = tmp_path / "a.log", tmp_path / "b.log"
-    a.write_bytes(b"")
-    b.write_bytes(b"")
-    r = subprocess.run([sys.executable, "-m", "kvlogdiag", "watch", "-f", str(a), "-f", str(b)], capture_output=True,
-                       cwd=str(tmp_path), timeout=30, stdin=subprocess.DEVNULL)
-    assert r.returncode == 2 and b"one file" in r.stderr and b"Traceback" not in r.stderr
-
-
 def test_control_sequences_from_the_log_never_reach_the_terminal(tmp_path):
     """A model name with OSC/CSI/BEL bytes (a hostile or garbled log) is printed escaped."""
     nasty = "x\x1b]0;pwned\x07\x9b31m"

@@ -161,6 +161,8 @@ def cli() -> None:
     kvlogdiag report -                      paste a log, get a Markdown/HTML report
     kvlogdiag estimate --log server.log     what fits: expected vs measured bytes/token, what-if
     kvlogdiag rules / explain KVD002        the rule set
+    kvlogdiag diff before.log after.log     what changed between two starts, and what it did
+    kvlogdiag suggest server.log            the launch command with the findings' fixes applied
     """
 
 
@@ -170,6 +172,12 @@ for _cmd in (analyze, watch, scan, report, estimate, rules_cmd, explain, pattern
 from kvlogdiag.cli.deployment import deployment as _deployment  # noqa: E402 - issue 14, kept in one edit
 
 cli.add_command(_deployment)
+
+from kvlogdiag.cli.diff import diff as _diff  # noqa: E402 - issue 15 (tuning loop), kept in one edit
+from kvlogdiag.cli.suggest import suggest as _suggest  # noqa: E402
+
+cli.add_command(_diff)
+cli.add_command(_suggest)
 
 
 

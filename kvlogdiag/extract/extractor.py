@@ -326,12 +326,15 @@ class Extractor:
     # -- args / config -------------------------------------------------------------------------
 
     def _args_dict(self, d: dict, fact: Fact, source: str) -> None:
+        every = self.facts.launch_args.setdefault(source, {})
         for k, v in d.items():
             if not isinstance(k, str):
                 continue
             key = _ARG_ALIASES.get(k, k)
             if key == "model" and k == "model_tag" and "model" in d:
                 continue
+            if v is not None and not (source in _USER_SOURCES and commands.is_placeholder(v)):
+                every[key] = self._with(fact, unwrap_path(v), source)
             if key in CONFIG_KEYS:
                 v = unwrap_path(v)
                 if isinstance(v, dict) and v.get(CLASS_KEY):
@@ -363,8 +366,10 @@ class Extractor:
         if m.group("version"):
             self.facts.version.append(self._with(fact, m.group("version"), "engine_config"))
         kv = _drop_cut_entry(split_key_values(m.group("body")), line)
+        every = self.facts.launch_args.setdefault("engine_config", {})
         for k, raw in kv.items():
             key = _ARG_ALIASES.get(k, k)
+            every[key] = self._with(fact, scalar(raw), "engine_config")
             if key == "device_config":
                 dev = raw.strip("'\" ")
                 dm = re.search(r"(cuda|npu|cpu|xpu|tpu|hpu|rocm|neuron)", dev)
@@ -902,63 +907,51 @@ class Extractor:
 
     def _h_stats(self, m, line, fact):
         st = self.facts.stats
-        st.lines += 1
         running = int(m.group("running"))
         waiting_s = m.group("waiting") if m.group("waiting") is not None else m.group("pending")
         waiting = int(waiting_s) if waiting_s is not None else 0
-        if m.group("engine") is not None:
-            st.engines.add(int(m.group("engine")))
         if m.group("swapped") is not None:
             self.facts.engine.append(self._with(fact, "v0", "v0_stats")) if not self.facts.engine else None
-        st.running_max = running if st.running_max is None else max(st.running_max, running)
-        st.waiting_max = waiting if st.waiting_max is None else max(st.waiting_max, waiting)
-        if running or waiting:
-            st.busy_lines += 1
         deferred = 0
-        usage = None
+        usages: list[float] = []
+        preemptions = None
+        hit = None
         rest = m.group("rest")
         if rest:
             for tm in STATS_TAIL.finditer(rest):
                 if tm.group("preemptions") is not None:
-                    p = int(tm.group("preemptions"))
-                    st.preemptions_total += p
-                    if p:
-                        st.preemption_lines += 1
-                        if st.preemption_first is None:
-                            st.preemption_first = fact
-                        self._emit("stats_preemptions", self._with(fact, p))
+                    preemptions = (preemptions or 0) + int(tm.group("preemptions"))
                 elif tm.group("kv_usage") is not None:
                     if tm.group("device") == "CPU" and m.group("swapped") is not None:
                         continue  # V0 'CPU KV cache usage' is the swap space, not the KV pool (KVD013)
-                    u = usage = float(tm.group("kv_usage"))
-                    peak = st.kv_usage_max
-                    st.add_kv_usage(u, fact)
-                    if peak is None or u > peak:
-                        self._emit("kv_usage_peak", self._with(fact, u))
+                    usages.append(float(tm.group("kv_usage")))
                 elif tm.group("hit") is not None:
-                    st.prefix_hit_last = float(tm.group("hit"))
+                    hit = float(tm.group("hit"))
                 elif tm.group("deferred") is not None:
                     deferred = int(tm.group("deferred"))
-        if deferred:
-            st.deferred_lines += 1
+        engine = int(m.group("engine")) if m.group("engine") is not None else None
+        peak_rose, single = st.add_sample(running, waiting, fact, engine=engine, preemptions=preemptions,
+                                          usages=tuple(usages), hit=hit, deferred=deferred)
+        if preemptions:
+            self._emit("stats_preemptions", self._with(fact, preemptions))
+        if peak_rose:
+            self._emit("kv_usage_peak", self._with(fact, st.kv_usage_max))
+        usage = usages[-1] if usages else None
+        prompt_tps, gen_tps = _float(m.group("prompt_tps")), _float(m.group("gen_tps"))
         if running and usage is not None and m.group("swapped") is None and m.group("aggregated") is None:
             # one engine's V1 line (an aggregated line averages the usage over engines): the workload sums
             st.workload_lines += 1
-            st.prompt_tps_sum += float(m.group("prompt_tps"))
-            st.gen_tps_sum += float(m.group("gen_tps"))
+            st.prompt_tps_sum += prompt_tps or 0.0
+            st.gen_tps_sum += gen_tps or 0.0
             st.running_sum += running
             st.kv_usage_running_sum += usage
             if st.workload_first is None:
                 st.workload_first = fact
             st.workload_last = fact
-        # vLLM >= 0.20 prints Waiting including the Deferred requests (blocked on remote KV, grammar, streamed
-        # input: loggers.py), which no step budget could have admitted
-        if running == 1 and waiting - deferred > 0:
-            st.single_running_with_queue += 1
-            if st.single_running_first is None:
-                st.single_running_first = fact
-            if usage is not None and (st.single_running_kv_usage_max is None or usage > st.single_running_kv_usage_max):
-                st.single_running_kv_usage_max = usage
+        # distributions over active lines only: how many idle lines follow a load depends on timing
+        if running or waiting or prompt_tps or gen_tps:
+            st.add_samples((prompt_tps, gen_tps, running, waiting, usage, hit))
+        if single:
             self._emit("single_running", fact)
 
     def _h_startup_complete(self, m, line, fact):

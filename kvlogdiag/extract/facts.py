@@ -48,6 +48,9 @@ def provenance_kind(source: str) -> str:
     return "log"
 
 
+# the figures of a stats line kept as distributions (StatsSummary.series)
+SERIES = ("prompt_throughput", "generation_throughput", "running", "waiting", "kv_usage_pct", "prefix_cache_hit_pct")
+SERIES_MAX_VALUES = 4096
 KV_USAGE_STEPS = 1000  # histogram resolution: 0.1 % (vLLM prints the usage with one decimal)
 JSON_KV_USAGE_HIGH_PCT = 90.0  # runtime.kv_usage_high_lines of the JSON contract (docs/json-output.md); rules use their own params
 
@@ -116,6 +119,25 @@ class StatsSummary:
     kv_usage_running_sum: float = 0.0  # sum of the KV usage % of those lines
     workload_first: Fact | None = None
     workload_last: Fact | None = None
+    # value → number of active stats lines (running, waiting or throughput > 0), per figure (SERIES): the
+    # distributions ``diff`` compares (p50/p90/max)
+    series: dict[str, dict[float, int]] = field(default_factory=dict)
+
+    def add_samples(self, values: tuple) -> None:
+        """Count one active stats line's figures, in SERIES order (None: not on the line); one call per
+        line (the hot path of a long log). A figure with SERIES_MAX_VALUES distinct values keeps later
+        values to 3 significant digits, so memory stays bounded however long the log."""
+        series = self.series
+        if not series:
+            series.update((name, {}) for name in SERIES)
+        for name, value in zip(SERIES, values):
+            if value is None:
+                continue
+            counts = series[name]
+            if len(counts) >= SERIES_MAX_VALUES:
+                value = float(f"{value:.3g}")
+            counts[value] = counts.get(value, 0) + 1
+
 
     def add_kv_usage(self, pct: float, fact: Fact) -> None:
         self.kv_usage_samples += 1
@@ -130,6 +152,45 @@ class StatsSummary:
         else:
             b.count += 1
             b.last = fact
+
+    def add_sample(self, running: int, waiting: int, fact: Fact, *, engine: int | None = None,
+                   preemptions: int | None = None, usages: tuple[float, ...] = (), hit: float | None = None,
+                   deferred: int = 0) -> tuple[bool, bool]:
+        """One runtime sample — a periodic stats line, or one engine of a ``/metrics`` scrape — into the
+        aggregates. Returns (the KV usage peak rose, a lone running request held a queue)."""
+        self.lines += 1
+        if engine is not None:
+            self.engines.add(engine)
+        self.running_max = running if self.running_max is None else max(self.running_max, running)
+        self.waiting_max = waiting if self.waiting_max is None else max(self.waiting_max, waiting)
+        if running or waiting:
+            self.busy_lines += 1
+        if preemptions is not None:
+            self.preemptions_total += preemptions
+            if preemptions:
+                self.preemption_lines += 1
+                if self.preemption_first is None:
+                    self.preemption_first = fact
+        peak_rose = False
+        for u in usages:
+            peak = self.kv_usage_max
+            self.add_kv_usage(u, fact)
+            peak_rose = peak_rose or peak is None or u > peak
+        if hit is not None:
+            self.prefix_hit_last = hit
+        if deferred:
+            self.deferred_lines += 1
+        # vLLM >= 0.20 counts the Deferred requests (blocked on remote KV, grammar, streamed input) in
+        # Waiting (loggers.py), which no step budget could have admitted
+        single = running == 1 and waiting - deferred > 0
+        if single:
+            self.single_running_with_queue += 1
+            if self.single_running_first is None:
+                self.single_running_first = fact
+            usage = usages[-1] if usages else None
+            if usage is not None and (self.single_running_kv_usage_max is None or usage > self.single_running_kv_usage_max):
+                self.single_running_kv_usage_max = usage
+        return peak_rose, single
 
     def _at_or_above(self, pct: float) -> list[UsageBucket]:
         lo = threshold_step(pct)
@@ -177,6 +238,9 @@ class LogFacts:
     platform: list[Fact] = field(default_factory=list)
     config: dict[str, list[Fact]] = field(default_factory=dict)
     env: dict[str, Fact] = field(default_factory=dict)
+    # every argument as each kind of line stated it, whether kvlogdiag tracks it or not: source
+    # (non_default_args, args_namespace, user_command, ..., engine_config) → argparse dest → Fact
+    launch_args: dict[str, dict[str, Fact]] = field(default_factory=dict)
     available: list[Fact] = field(default_factory=list)  # GiB, "Available KV cache memory"
     kv_budget: list[Fact] = field(default_factory=list)  # value = (source kind, GiB)
     tokens: list[Fact] = field(default_factory=list)
@@ -195,6 +259,13 @@ class LogFacts:
     kv_sized: bool = False
     startup_complete: Fact | None = None
     line_hits: dict = field(default_factory=dict)  # user-rule line regex → (count, first Fact)
+    #: runtime samples from Prometheus ``/metrics`` scrapes (kvlogdiag.input.metrics), kept apart from the
+    #: stats lines: the rules read them when the run has no stats lines (`runtime_from`)
+    metrics: StatsSummary = field(default_factory=StatsSummary)
+    metrics_info: dict | None = None  # scrapes, source, interval, last scrape's per-engine figures
+    metrics_input: bool = False  # the input itself is a saved scrape, not a log
+    runtime_from: str = "log"  # where `stats` came from: "log", or "metrics" (set by the pipeline)
+    preemptions_from: str = "log"  # where `stats`' preemption figures came from (the scrapes' counter can see more)
     startup: dict | None = None  # start-up verdict of extract/failures.StartupTracker (failed, cause, ...)
 
     def add_config(self, key: str, fact: Fact) -> None:

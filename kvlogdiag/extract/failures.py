@@ -22,6 +22,7 @@ from collections import OrderedDict, deque
 from typing import Any, Callable
 
 from kvlogdiag.catalogue.failures import FailureCatalogue, FailureMatch, catalogue, harvested_source, library_source
+from kvlogdiag.extract.commands import arg_table
 from kvlogdiag.input.reader import Line
 
 WINDOW = 40
@@ -161,6 +162,7 @@ def split_level(text: str) -> tuple[str | None, str]:
     return None, text
 
 
+_UNEXPECTED_KW = re.compile(r"got an unexpected keyword argument '([\w-]+)'")
 _TORCH_RANK = re.compile(r"^\[rank(\d+)\]:")
 
 
@@ -392,7 +394,8 @@ class StartupTracker:
         prefixed = line.rank is not None or _PID.match(line.raw) is not None
         if em and exc and not _WARNING_EXC.search(exc) and not vm and (
                 level is not None or tb is not None or prefixed or harvested_source(em.group("msg") or em.group("repr") or "") is not None):
-            if exc.endswith("KeyboardInterrupt") or exc.endswith("SystemExit"):
+            if exc.endswith(("KeyboardInterrupt", "SystemExit", "CancelledError")):
+                # a stop, not a failure: Ctrl-C, sys.exit, an asyncio task cancelled while shutting down
                 return
             text_c = body_s
             if not (em.group("msg") or em.group("repr")) and tb is not None and len(tb) >= 2:
@@ -420,7 +423,7 @@ class StartupTracker:
             # the message of one of vLLM's raises printed without its exception name (a print, a relay)
             self._bare = self._candidate(line, proc, body_s, None, None, "unknown", {}, None)
         elif em and exc and not _WARNING_EXC.search(exc) and not vm and self._bare is None \
-                and not (exc.endswith("KeyboardInterrupt") or exc.endswith("SystemExit")):
+                and not exc.endswith(("KeyboardInterrupt", "SystemExit", "CancelledError")):
             # no evidence it is log output: the cause only if nothing better shows (a one-line paste)
             self._bare = self._candidate(line, proc, body_s, None, exc, "unknown", {}, None)
             if len(line.raw) >= 60:
@@ -580,6 +583,9 @@ class StartupTracker:
                     # a pydantic validation error stays config unless its words name a narrower class outright
                     cls = hint or cls if cls == "unknown" else (hint if hint in ("quant", "dtype", "parallel", "arch")
                                                                 and c.exception == "ValidationError" else cls)
+                if cls == "unknown" and (km := _UNEXPECTED_KW.search(c.text)) and km.group(1) in arg_table()["kwargs"]:
+                    # one of vLLM's own engine arguments passed to a release (or a wrapper) that does not take it
+                    cls = "config"
                 if src is not None:
                     out["raised_in"] = {"file": src[0]["f"], "versions": f"{src[0]['first']}-{src[0]['last']}",
                                         "exception": src[0]["e"]}

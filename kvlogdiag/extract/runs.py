@@ -40,8 +40,10 @@ def _fold(prev: LogFacts, extra: LogFacts) -> LogFacts:
         stopped = getattr(holder, "stopped", None)
         if stopped:  # a pattern stopped in either part leaves the folded run's count incomplete
             hits.stopped = {**getattr(hits, "stopped", {}), **stopped}  # type: ignore[attr-defined]
+    launch = {**{k: dict(v) for k, v in extra.launch_args.items()}, **prev.launch_args}  # the run's own lines first
     return dataclasses.replace(prev, config=config, env={**extra.env, **prev.env}, platform=prev.platform + extra.platform,
-                               line_hits=hits, last_line_of_run=max(prev.last_line_of_run, extra.last_line_of_run))
+                               line_hits=hits, last_line_of_run=max(prev.last_line_of_run, extra.last_line_of_run),
+                               launch_args=launch)
 
 
 def server_starts(runs: list[LogFacts]) -> list[LogFacts]:

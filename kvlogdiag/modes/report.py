@@ -34,6 +34,8 @@ from kvlogdiag import __version__
 from kvlogdiag.derive import figures as _derive
 from kvlogdiag.errors import KvlogdiagError
 from kvlogdiag.input.reader import InputError, open_input
+from kvlogdiag.modes.suggest import build_suggestion, suggestion_rows
+from kvlogdiag.modes.suggest import render_markdown as suggestion_markdown
 from kvlogdiag.pipeline import Analyzer
 from kvlogdiag.render.analysis import (
     clean_json,
@@ -287,7 +289,8 @@ def build_section(a: Analysis, min_severity: str = "info") -> dict:
     rows = _rank_rows(a)
     counts = {s: sum(1 for f in data["findings"] if f["severity"] == s) for s in ("error", "warning", "info")}
     return {"analysis": data, "run_label": run_label(a), "settings": _settings_rows(a), "ranks": rows,
-            "capacity": _capacity(a, rows), "errors": _error_items(a), "counts": counts}
+            "capacity": _capacity(a, rows), "errors": _error_items(a), "counts": counts,
+            "suggestion": build_suggestion(a)}
 
 
 def build_document(analyses: Sequence[Analysis], min_severity: str = "info") -> dict:
@@ -489,6 +492,9 @@ def _markdown_section(doc: dict, sec: dict, first: bool) -> str:
         if f.get("evidence"):
             out += [""] + _md_evidence(f.get("line"), f["evidence"])
         out.append("")
+    sug = sec.get("suggestion")
+    if sug and sug["suggestions"]:  # issue 15: the launch command with the findings' fixes applied
+        out += ([] if fs else [""]) + [suggestion_markdown(sug)]
     cap = sec["capacity"]
     out += ["### Capacity", ""] if fs else ["", "### Capacity", ""]
     if cap["rows"]:
@@ -750,6 +756,11 @@ def _html_section(sec: dict, charts: bool, level: int, suffix: str) -> list[str]
         if f.get("evidence"):
             out.append(_html_evidence(f.get("line"), f["evidence"]))
         out.append("</div>")
+    sug = sec.get("suggestion")
+    if sug and sug["suggestions"]:  # issue 15: the launch command with the findings' fixes applied
+        out.append(head("Suggested command"))
+        out.append(_html_table(["setting", "now", "suggested", "why", "rule"], suggestion_rows(sug), "suggest" + suffix))
+        out.append(f"<pre>{_e(sug['command'])}</pre>")
     cap = sec["capacity"]
     out.append(head("Capacity"))
     if cap["rows"]:

@@ -27,7 +27,11 @@ exception in the analysis is reported once and turns watch into ``cat`` (exit `E
 3, at the end) instead of ending the pipe; so does an analysis that falls `QUEUE_MAX_BYTES` behind a pipe.
 A signal that arrives while stdout's reader has stopped reading ends the blocked write (`_Signals`).
 
-`Watcher` is the engine; `run_stdin` and `run_follow` are the loops; `watch_main` takes options and file
+Several followed files (``-f A -f B``, ``-f 'logs/*.log'``) are a `FollowSet`: one `Watcher` and `Pipeline`
+per file, one reading loop (`run_follow_many`). ``--metrics URL`` adds a `MetricsPoller` thread whose scrapes
+reach the analysis as queue items of no size (`Watcher.add_metrics`; docs/metrics.md).
+
+`Watcher` is the engine; `run_stdin`, `run_follow` and `run_follow_many` are the loops; `watch_main` takes options and file
 descriptors and returns the exit code (the click command is `kvlogdiag.cli.watch`).
 """
 
@@ -50,11 +54,14 @@ from typing import Any, Callable
 
 from kvlogdiag.cli.exit import ExitCode, quiet_stdout
 from kvlogdiag.errors import KvlogdiagError
+from kvlogdiag.extract.metrics import add_scrape
 from kvlogdiag.extract.runs import command_only, server_starts
 from kvlogdiag.input.incremental import StreamLines
+from kvlogdiag.input.metrics import Scrape
 from kvlogdiag.input.reader import Line
+from kvlogdiag.modes.metrics_poll import MetricsPoller
 from kvlogdiag.pipeline import Analyzer, prefilter
-from kvlogdiag.render.analysis import clean_json, error_lines, fmt_bpt, fmt_gib, fmt_num
+from kvlogdiag.render.analysis import clean_json, error_lines, fmt_bpt, fmt_gib, fmt_num, metrics_text_lines
 from kvlogdiag.result import Analysis, Finding, InputAnalysis, KVCache, Severity
 from kvlogdiag.rules.engine import RuleLoadError
 
@@ -71,6 +78,7 @@ QUEUE_MAX_BYTES = 64 << 20  # input the analysis may lag behind the echo on a pi
 STUCK_S = 60.0  # at the end: an analysis step running this long is given up (a hang guard, not a budget)
 FINISH_AFTER_SIGNAL_S = 5.0  # after a signal: how long the summary may take before watch exits without it
 EMIT_LOCK_S = 2.0  # a stderr write waits this long for the other thread's write, then is dropped
+METRICS_PENDING_MAX = 4  # watch --metrics: scrapes queued for a slow analysis before newer ones are dropped
 
 
 class StdoutClosed(KvlogdiagError):
@@ -112,14 +120,16 @@ class Emitter:
     Log text inside a message (a model name, a path) is printed with control characters escaped, so
     bytes from the log never drive the terminal (OSC titles, links, colours, BEL)."""
 
-    def __init__(self, fmt: str, stream=None):
+    def __init__(self, fmt: str, stream=None, prefix: str = "", lock: threading.Lock | None = None):
         self.fmt = fmt
         self.stream = stream or sys.stderr
         self.broken = False
         self.console = None
+        self.prefix = prefix  # several followed files: "FILE: " after "kvlogdiag: " on every text event
         # both threads print (the analysis its events, the reading side --follow notes and a stuck analysis):
-        # one lock, taken with a time limit so a stalled stderr cannot stall the pass-through
-        self.lock = threading.Lock()
+        # one lock, taken with a time limit so a stalled stderr cannot stall the pass-through (shared by the
+        # emitters of several followed files, which write to the same stream)
+        self.lock = lock or threading.Lock()
         if fmt == "text":
             try:
                 tty = self.stream.isatty()
@@ -146,6 +156,8 @@ class Emitter:
 
     def text(self, parts: list[tuple[str, str | None]]) -> None:
         """``parts``: (text, rich style or None); lines separated by "\\n" inside the text."""
+        if self.prefix and parts and parts[0][0] == "kvlogdiag: ":
+            parts = [parts[0], (self.prefix, "bold"), *parts[1:]]
         if self.console is not None and not self.broken:
             from rich.text import Text
 
@@ -359,6 +371,14 @@ class FollowFile:
             self.fd = None
 
 
+class EchoSwitch:
+    """Which followed file's bytes stdout shows now (``watch -f A -f B``): a header marks each switch."""
+
+    def __init__(self) -> None:
+        self.current: Any = None
+        self.first = True
+
+
 # --- the watcher ------------------------------------------------------------------------------
 
 
@@ -405,6 +425,13 @@ class Watcher:
         self.failed: str | None = None  # the internal error that stopped the analysis
         self._fail_lock = threading.Lock()
         self.signals: _Signals | None = None  # set by watch_main: a signal can end a blocked stdout write
+        # several followed files share stdout: a ``==> FILE <==`` header (as tail prints) when the echo switches
+        self.echo_switch: EchoSwitch | None = None
+        # watch --metrics: the endpoint, its poll interval, scrapes added, when a text metrics line was last shown
+        self.metrics_url: str | None = None
+        self.metrics_interval: float | None = None
+        self.metrics_scrapes = 0
+        self._metrics_text_at: float | None = None
 
     # -- bytes in --------------------------------------------------------------------------------
 
@@ -444,6 +471,40 @@ class Watcher:
 
     def end_lines(self) -> None:
         self._guard(self._feed_lines, self.lines.end)
+
+    def add_metrics(self, scrape: Scrape) -> None:
+        """A ``/metrics`` scrape (`MetricsPoller`, analysis thread): its engines become runtime samples of the
+        current run (`add_scrape`, citing the log line reached), a ``metrics`` event, and an evaluation —
+        the rules read the samples when the run's log has no stats lines of its own."""
+        def add() -> None:
+            self.metrics_scrapes += 1
+            n = self.metrics_scrapes
+            at = self.position
+            add_scrape(self.session.extractor.facts, scrape, self.metrics_url or "metrics", at_line=at,
+                       interval_s=self.metrics_interval, label=f"{self.metrics_url} scrape {n} (at log line {at:,})")
+            self._metrics_event(scrape, n, at)
+            self.dirty = True
+            self.evaluate()
+
+        self._guard(add)
+
+    def _metrics_event(self, scrape: Scrape, n: int, at: int) -> None:
+        engines = [e.to_json() for e in scrape.engines]
+        if self.emit.fmt == "json":
+            self.emit.json({"event": "metrics", "source": self.source, "url": self.metrics_url, "scrape": n,
+                            "line": at, "engines": engines})
+            return
+        now = self.clock()
+        if self._metrics_text_at is not None and now < self._metrics_text_at + self.repeat_after:
+            return  # text: the first scrape, then at most one line per --repeat-after
+        self._metrics_text_at = now
+        parts = []
+        for e in engines:
+            parts.append(f"engine {e['engine'] if e['engine'] is not None else '—'}: running {fmt_num(e['running'])}, "
+                         f"waiting {fmt_num(e['waiting'])}, KV usage {fmt_num(e['kv_usage_pct'], 1)} %, "
+                         f"preemptions {fmt_num(e['preemptions_total'])}")
+        self.emit.text([("kvlogdiag: ", "dim"), (f"metrics (scrape {n}, at line {at:,}): ", "bold"),
+                        ("; ".join(parts), None)])
 
     def restart(self, reason: str) -> None:
         """``watch -f``: the file was truncated or replaced — the server was restarted: a new run.
@@ -558,6 +619,14 @@ class Watcher:
             self._write(tail)
 
     def _write(self, data) -> None:
+        sw = self.echo_switch
+        if sw is not None and sw.current is not self:
+            sw.current = None  # a header cut by an error is written again next time
+            self._write_raw(f"{'' if sw.first else chr(10)}==> {self.source} <==\n".encode("utf-8", "replace"))
+            sw.current, sw.first = self, False
+        self._write_raw(data)
+
+    def _write_raw(self, data) -> None:
         fd = self.out_fd
         view = memoryview(data)
         sig = self.signals
@@ -794,6 +863,8 @@ class Watcher:
                         "single_running_with_queue_lines": rt.get("single_running_with_queue_lines", 0),
                         "findings_reported": self.reports},
         }
+        if rt.get("metrics") is not None:
+            ev["runtime"]["metrics"] = rt["metrics"]
         if final:
             ev["analysis"] = a.to_json(self.opts.min_severity)
         if result is not None:  # what `analyze --format json` prints for this input
@@ -825,6 +896,8 @@ class Watcher:
                          f"{fmt_num(rt.get('kv_usage_max_pct'), 1)} %, preemptions {ev['runtime']['preemptions']:,}")
         if exit_code is not None:
             lines[-1] += f" · exit {exit_code}"
+        if rt.get("metrics") and reason not in ("startup_complete", "run_end"):
+            lines.extend(x.lstrip() for x in metrics_text_lines(rt["metrics"]))
         parts: list[tuple[str, str | None]] = [("kvlogdiag: ", "dim"), (f"summary ({where})", "bold")]
         for ln in lines:
             parts.append(("\nkvlogdiag:   " + ln, None))
@@ -1052,6 +1125,10 @@ class Pipeline:
         self.stop: int | None = None  # the analysis ended the watch (--strict-rules): this exit code
         self.busy_since: float | None = None  # when the analysis step now running began
         self.done = threading.Event()
+        self.poller: MetricsPoller | None = None  # watch --metrics
+        self.metrics_pending = 0  # scrapes queued and not taken by the analysis yet
+        self.metrics_dropped = 0
+        self._metrics_lock = threading.Lock()
         self.thread = threading.Thread(target=self._run, name="kvlogdiag-analysis", daemon=True)
         self.thread.start()
 
@@ -1069,6 +1146,19 @@ class Pipeline:
 
     def idle(self) -> None:
         self.feed.put(("idle", None))
+
+    def metrics(self, scrape: Scrape) -> None:
+        """From the poller's thread: a scrape for the analysis (an item of no size: never waits). While the
+        analysis has `METRICS_PENDING_MAX` scrapes it has not taken yet (it is slow or stuck), newer ones are
+        dropped, so memory stays bounded; the scrapes it does take are in order."""
+        if self.w.failed is not None or self.done.is_set():
+            return
+        with self._metrics_lock:
+            if self.metrics_pending >= METRICS_PENDING_MAX:
+                self.metrics_dropped += 1
+                return
+            self.metrics_pending += 1
+        self.feed.put(("metrics", scrape))
 
     def end_of_part(self) -> None:
         self.w.end_echo()
@@ -1091,6 +1181,8 @@ class Pipeline:
 
     def finish(self, reason: str, signal_code: int | None = None) -> int:
         """Hand the end over to the analysis and wait for its exit code (see the class for the limits)."""
+        if self.poller is not None:
+            self.poller.stop()
         self.feed.put(("finish", (reason, signal_code)))
         signals = len(self.sig.received)
         until = time.monotonic() + FINISH_AFTER_SIGNAL_S if signal_code is not None else None
@@ -1153,6 +1245,10 @@ class Pipeline:
                         self._step(w.end_lines)
                     elif kind == "restart":
                         self._step(w.restart, arg)
+                    elif kind == "metrics":
+                        with self._metrics_lock:
+                            self.metrics_pending -= 1
+                        self._step(w.add_metrics, arg)
                 self._step(w.tick_rates, w.clock())
                 self.busy_since = None
         except _Stop as stop:
@@ -1212,35 +1308,50 @@ def run_stdin(w: Pipeline, in_fd: int, sig: _Signals) -> int:
     return w.finish("eof")
 
 
+def _follow_step(w: Pipeline, src: FollowFile) -> bool:
+    """One step of following ``src``: True when something was read or happened (step again at once),
+    False when the file has nothing new (the analysis was told the input went quiet)."""
+    data = src.read()
+    if data:
+        w.take(data)
+        w.tick()
+        return True
+    what, rest = src.check()
+    if rest:
+        w.take(rest)
+        return True
+    if what in ("truncated", "rotated"):
+        w.end_of_part()
+        w.note(f"{src.path}: {'truncated; reading from the start' if what == 'truncated' else 'replaced (rotated); following the new file'}")
+        w.restart(what)
+        return True
+    if what == "appeared":
+        return True
+    w.idle()
+    w.tick()
+    return False
+
+
+def _poll_wait(pipes: list[Pipeline], sig: _Signals) -> None:
+    """Wait for the next poll of idle followed files: `FOLLOW_POLL_S`, less when an echo is due; a signal wakes it."""
+    timeout = FOLLOW_POLL_S
+    for p in pipes:
+        d = p.next_deadline()
+        if d is not None:
+            timeout = min(timeout, max(0.0, d - p.w.clock()))
+    ready, _, _ = select.select([sig.r], [], [], timeout)
+    if ready:
+        sig.drain()
+
+
 def run_follow(w: Pipeline, src: FollowFile, sig: _Signals) -> int:
     try:
         while w.stop is None:
             if sig.received:
                 break
-            data = src.read()
-            if data:
-                w.take(data)
-                w.tick()
+            if _follow_step(w, src):
                 continue
-            what, rest = src.check()
-            if rest:
-                w.take(rest)
-                continue
-            if what in ("truncated", "rotated"):
-                w.end_of_part()
-                w.note(f"{src.path}: {'truncated; reading from the start' if what == 'truncated' else 'replaced (rotated); following the new file'}")
-                w.restart(what)
-                continue
-            if what == "appeared":
-                continue
-            w.idle()
-            w.tick()
-            now = w.w.clock()
-            deadline = w.next_deadline()
-            timeout = FOLLOW_POLL_S if deadline is None else max(0.0, min(FOLLOW_POLL_S, deadline - now))
-            ready, _, _ = select.select([sig.r], [], [], timeout)
-            if ready:
-                sig.drain()
+            _poll_wait([w], sig)
         if w.stop is not None:
             return w.stop
         # a signal: take what the file holds now, then stop
@@ -1256,6 +1367,172 @@ def run_follow(w: Pipeline, src: FollowFile, sig: _Signals) -> int:
     return w.finish(reason, code)
 
 
+GLOB_RESCAN_POLLS = 10  # several files: a glob is expanded again every this many idle polls (~1 s)
+
+
+def is_glob(arg: str) -> bool:
+    return any(c in arg for c in "*?[")
+
+
+class FollowSet:
+    """``watch -f A -f B`` / ``watch -f 'logs/*.log'``: every file followed like ``-f FILE``, each with its own
+    analysis (a `Watcher` and `Pipeline` of its own: figures, findings, runs, summary per file), findings
+    prefixed with the file, stdout the files' bytes with a ``==> FILE <==`` header at each switch. A glob is
+    expanded again while following: a new file that matches is followed from its start."""
+
+    def __init__(self, make: Callable[[str, bool], tuple[Pipeline, FollowFile]], args: list[str], from_end: bool,
+                 note: Callable[[str], None]):
+        self.make = make
+        self.patterns = [a for a in args if is_glob(a)]
+        self.note = note
+        self.items: list[tuple[Pipeline, FollowFile]] = []
+        self.seen: set[str] = set()
+        for a in args:
+            if is_glob(a):
+                found = self._expand(a)
+                if not found:
+                    note(f"no file matches {a} yet; following what appears")
+                for path in found:
+                    self._add(path, from_end)
+            else:
+                self._add(a, from_end)
+
+    @staticmethod
+    def _expand(pattern: str) -> list[str]:
+        import glob
+
+        return sorted(p for p in glob.glob(pattern, recursive=True) if os.path.isfile(p))
+
+    def _add(self, path: str, from_end: bool) -> None:
+        key = os.path.realpath(path)
+        if key in self.seen:
+            return
+        self.seen.add(key)
+        self.items.append(self.make(path, from_end))
+
+    def rescan(self) -> None:
+        """New files matching a glob: followed from their start (one that cannot be opened: one note)."""
+        for pat in self.patterns:
+            for path in self._expand(pat):
+                if os.path.realpath(path) not in self.seen:
+                    self.note(f"{path}: a new file matches {pat}; following it from the start")
+                    try:
+                        self._add(path, False)
+                    except OSError as exc:
+                        self.note(f"{path}: cannot follow ({exc.strerror or exc}); not followed")
+
+    @property
+    def pipes(self) -> list[Pipeline]:
+        return [p for p, _ in self.items]
+
+
+def run_follow_many(fs: FollowSet, sig: _Signals) -> int:
+    """`run_follow` over several files: one step per file per round, a poll wait when none had anything."""
+    idle_polls = 0
+    stopped: int | None = None
+    try:
+        while stopped is None:
+            if sig.received:
+                break
+            progress = False
+            for pipe, src in list(fs.items):
+                if pipe.stop is not None:
+                    stopped = pipe.stop
+                    break
+                progress = _follow_step(pipe, src) or progress
+            if stopped is not None or progress:
+                continue
+            idle_polls += 1
+            if fs.patterns and idle_polls % GLOB_RESCAN_POLLS == 0:
+                fs.rescan()
+            _poll_wait(fs.pipes, sig)
+        if stopped is None:
+            for pipe, src in fs.items:  # a signal: take what each file holds now, then stop
+                while True:
+                    data = src.read()
+                    if not data:
+                        break
+                    pipe.take(data)
+    except StdoutStalled:
+        for pipe in fs.pipes:
+            pipe.stop_echo()
+    codes = []
+    for pipe in fs.pipes:
+        pipe.end_of_part()
+        if stopped is not None:
+            codes.append(pipe.finish("eof") if pipe.stop is None else pipe.stop)
+        else:
+            reason, code = _signal_exit(sig.received[0])
+            codes.append(pipe.finish(reason, code))
+    if stopped is not None:
+        return stopped
+    return codes[0] if codes else _signal_exit(sig.received[0])[1]
+
+
+def _watch_many(analyzer: Analyzer, args: list[str], from_end: bool, echo: bool, fmt: str, repeat_after: float,
+                out_fd: int, err_stream: io.TextIOBase | None, hard_exit: bool) -> int:
+    """`watch_main` for several followed files (`FollowSet`, `run_follow_many`)."""
+    import dataclasses
+
+    stream = err_stream or sys.stderr
+    lock = threading.Lock()
+    top_emit = Emitter(fmt, stream, lock=lock)
+    switch = EchoSwitch()
+    sig = _Signals()
+    code = int(ExitCode.ERROR)
+
+    def note(message: str, kind: str = "note") -> None:
+        if fmt == "json":
+            top_emit.json({"event": "note", "kind": kind, "source": None, "message": message})
+        else:
+            top_emit.text([("kvlogdiag: ", "dim"), ("note: " if kind == "note" else f"{kind}: ", "bold"), (message, None)])
+
+    def make(path: str, at_end: bool) -> tuple[Pipeline, FollowFile]:
+        # each file its own analysis: its own options (what --from-end skipped differs per file) and rule errors
+        a = Analyzer(dataclasses.replace(analyzer.options), analyzer.rules)
+        w = Watcher(a, Emitter(fmt, stream, prefix=f"{path}: ", lock=lock), echo=echo, repeat_after=repeat_after,
+                    source=path, out_fd=out_fd)
+        w.signals = sig
+        w.echo_switch = switch
+        src = FollowFile(path, at_end, w.note)
+        a.options.skipped_start_bytes = src.skipped_bytes or None
+        return Pipeline(w, sig, wait_when_full=True), src
+
+    fs: FollowSet | None = None
+    try:
+        try:
+            fs = FollowSet(make, args, from_end, note)
+        except OSError as exc:
+            note(f"cannot follow ({exc.strerror or exc})" if not getattr(exc, "filename", None)
+                 else f"{exc.filename}: cannot follow ({exc.strerror or exc})", kind="error")
+            return int(ExitCode.ERROR)
+        code = run_follow_many(fs, sig)
+        return code
+    except OSError as exc:  # reading a followed file failed (EIO, a file turned unreadable)
+        note(f"{getattr(exc, 'filename', None) or 'a followed file'}: {exc.strerror or exc}", kind="error")
+        code = int(ExitCode.ERROR)
+        return code
+    except StdoutClosed:
+        quiet_stdout()
+        code = int(ExitCode.BROKEN_PIPE)
+        return code
+    except StdoutFailed as exc:
+        note(str(exc), kind="error")
+        code = int(ExitCode.ERROR)
+        return code
+    finally:
+        if fs is not None:
+            for _, src in fs.items:
+                src.close()
+        sig.restore()
+        if hard_exit and fs is not None and any(p.stuck for p in fs.pipes):
+            try:
+                sys.stdout.flush()
+            except (OSError, ValueError):
+                pass
+            os._exit(code)
+
+
 def _waits_for_analysis(fd: int) -> bool:
     """A regular file on stdin: nobody writes into it, so reading may wait for the analysis."""
     try:
@@ -1266,13 +1543,28 @@ def _waits_for_analysis(fd: int) -> bool:
 
 def watch_main(analyzer: Analyzer, *, follow: str | None = None, from_end: bool = False, echo: bool = True,
                fmt: str = "text", repeat_after: float = 300.0, in_fd: int | None = None, out_fd: int = 1,
-               err_stream: io.TextIOBase | None = None, hard_exit: bool = False) -> int:
+               err_stream: io.TextIOBase | None = None, hard_exit: bool = False, metrics_url: str | None = None,
+               metrics_interval: float = 10.0, metrics_timeout: float = 5.0, follows: list[str] | None = None) -> int:
     """Run watch over stdin (or ``in_fd``) or a followed file; returns the exit code (`ExitCode` values).
 
     ``hard_exit``: when the analysis thread is still running at the end (stuck), leave with ``os._exit``
-    — a daemon thread blocked inside a stderr write could otherwise abort the interpreter's shutdown."""
+    — a daemon thread blocked inside a stderr write could otherwise abort the interpreter's shutdown.
+    ``metrics_url``: poll that Prometheus endpoint every ``metrics_interval`` s beside the log (`MetricsPoller`).
+    ``follows``: several files or globs to follow, each with its own analysis (`FollowSet`)."""
+    if follows and (len(follows) > 1 or is_glob(follows[0])):
+        return _watch_many(analyzer, follows, from_end, echo, fmt, repeat_after, out_fd, err_stream, hard_exit)
+    if follows:
+        follow = follows[0]
     emitter = Emitter(fmt, err_stream)
     w = Watcher(analyzer, emitter, echo=echo, repeat_after=repeat_after, source=follow or "-", out_fd=out_fd)
+    w.metrics_url, w.metrics_interval = metrics_url, (metrics_interval if metrics_url else None)
+
+    def start_metrics(p: Pipeline) -> None:
+        if metrics_url:
+            p.poller = MetricsPoller(metrics_url, metrics_interval, metrics_timeout, p.metrics,
+                                     lambda m: w.note(m, kind="metrics"))
+            p.poller.start()
+
     sig = _Signals()
     w.signals = sig
     pipe: Pipeline | None = None
@@ -1287,6 +1579,7 @@ def watch_main(analyzer: Analyzer, *, follow: str | None = None, from_end: bool 
             # the rules must know the start was skipped on purpose (KVD017 says so instead of 'incomplete')
             analyzer.options.skipped_start_bytes = src.skipped_bytes or None
             pipe = Pipeline(w, sig, wait_when_full=True)
+            start_metrics(pipe)
             try:
                 code = run_follow(pipe, src, sig)
                 return code
@@ -1302,6 +1595,7 @@ def watch_main(analyzer: Analyzer, *, follow: str | None = None, from_end: bool 
             except (AttributeError, ValueError, OSError):  # stdin closed (`<&-`): an empty input
                 in_fd = os.open(os.devnull, os.O_RDONLY)
         pipe = Pipeline(w, sig, wait_when_full=_waits_for_analysis(in_fd))
+        start_metrics(pipe)
         code = run_stdin(pipe, in_fd, sig)
         return code
     except StdoutClosed:
@@ -1313,6 +1607,8 @@ def watch_main(analyzer: Analyzer, *, follow: str | None = None, from_end: bool 
         code = int(ExitCode.ERROR)
         return code
     finally:
+        if pipe is not None and pipe.poller is not None:
+            pipe.poller.stop()
         sig.restore()
         if hard_exit and pipe is not None and pipe.stuck:
             try:

@@ -183,9 +183,11 @@ def render_text(analyses: list[Analysis], min_severity: str = "info", errors: It
         rt = a.runtime
         if rt["stats_lines"] or rt["preemptions"] or rt.get("recompute_preemptions"):
             out.append("")
-            out.append(f"Runtime: {rt['stats_lines']:,} stats lines, max KV usage {fmt_num(rt['kv_usage_max_pct'], 1)} %, "
+            out.append(f"Runtime: {rt['stats_lines']:,} {'metrics samples' if rt.get('source') == 'metrics' else 'stats lines'}, max KV usage {fmt_num(rt['kv_usage_max_pct'], 1)} %, "
                        f"preemptions: {rt['preemptions']} V0 warnings / {rt.get('stats_preemptions_total', 0)} in V1 stats"
                        f" / {rt.get('recompute_preemptions', 0)} RecomputeScheduler")
+        if rt.get("metrics"):
+            out.extend(metrics_text_lines(rt["metrics"]))
         win = a.extra.get("window")
         if win:  # --since/--until: what the runtime figures above cover (kvlogdiag.timeline)
             out.append(f"Window: {win.get('since') or 'start'} to {win.get('until') or 'end'} (run spans {win.get('start')} to "
@@ -290,3 +292,31 @@ def render_markdown(analyses: list[Analysis], min_severity: str = "info", detail
             out.append("No findings.")
             out.append("")
     return "\n".join(out).rstrip() + "\n"
+
+
+def metrics_text_lines(m: dict[str, Any]) -> list[str]:
+    """The ``/metrics`` figures of a run (``runtime.metrics``), for the text output: the scrapes' peaks and
+    the last scrape per engine (running, waiting, KV usage, preemptions, prefix-cache hits, TTFT/ITL)."""
+    used = "used by the rules" if m.get("used_by_rules") else "beside the log's stats lines, which the rules read"
+    if not m.get("used_by_rules") and m.get("preemptions_used_by_rules"):
+        used += "; the preemptions are the scrapes' (the stats lines show none)"
+    n = m.get("scrapes") or 0
+    out = [f"Metrics: {n:,} scrape{'s' if n != 1 else ''} of {m.get('source')} ({used}): max KV usage "
+           f"{fmt_num(m.get('kv_usage_max_pct'), 1)} % ({m.get('kv_usage_metric') or '—'}), running max "
+           f"{fmt_num(m.get('running_max'))}, waiting max {fmt_num(m.get('waiting_max'))}, preemptions {fmt_num(m.get('preemptions'))}"]
+    for e in (m.get("last") or {}).get("engines") or []:
+        parts = [f"running {fmt_num(e.get('running'))}", f"waiting {fmt_num(e.get('waiting'))}",
+                 f"KV usage {fmt_num(e.get('kv_usage_pct'), 1)} %", f"preemptions {fmt_num(e.get('preemptions_total'))}"]
+        if e.get("prefix_cache_hit_rate_pct") is not None:
+            parts.append(f"prefix-cache hits {fmt_num(e['prefix_cache_hit_rate_pct'], 1)} %")
+        for key, label in (("ttft", "TTFT"), ("itl", "ITL")):
+            h = e.get(key)
+            if h and h.get("count"):
+                parts.append(f"{label} p50/p90/p99 {_ms(h.get('p50_s'))}/{_ms(h.get('p90_s'))}/{_ms(h.get('p99_s'))} ms "
+                             f"({h['count']:,})")
+        out.append(f"  last scrape, engine {e.get('engine') if e.get('engine') is not None else '—'}: " + ", ".join(parts))
+    return out
+
+
+def _ms(seconds: float | None) -> str:
+    return "—" if seconds is None else f"{seconds * 1000:,.1f}"

@@ -152,6 +152,12 @@ SECTIONS: dict[str, dict[str, str]] = {
         "single_running_lines": "stats lines with 'Running: 1 reqs' and requests waiting that are not 'Deferred' (from vLLM 0.20 'Waiting' counts the Deferred requests, blocked on remote KV, too: docs/vllm-behaviour.md §2)",
         "single_running_kv_usage_max": "highest KV cache usage % on those single-running lines (null when they print none)",
         "deferred_lines": "stats lines with 'Deferred: N reqs' > 0 (waiting requests blocked on remote KV, grammar or streamed input; vLLM >= 0.20)",
+        "runtime_source": "where the runtime names above come from: 'log' (the stats lines) or 'metrics' (the engines of Prometheus /metrics scrapes, when the run's log has no stats lines: docs/metrics.md)",
+        "stats_what": "what the runtime samples are, for messages: 'stats lines', or 'metrics samples' (one per engine and scrape)",
+        "stats_each": "one runtime sample, for messages: 'line' or 'scrape'",
+        "input_is_metrics": "the input is a saved Prometheus /metrics scrape, not a log (no start-up lines to expect)",
+        "preemption_samples": "the samples stats_preemption_lines counts in: stats_lines, or the metrics samples when the preemptions come from the scrapes' counter (it saw more than the stats lines: vLLM 0.11.2-0.33.0 never prints their 'Preemptions:', docs/metrics.md)",
+        "preemption_what": "what those samples are, for messages: 'stats lines' or 'metrics samples'",
     },
     "options": {
         "p99_len": "--p99-len (workload P99 request length, default 32768)",
@@ -571,6 +577,17 @@ def _runtime(b: _Builder) -> None:
     put("single_running_kv_usage_max", st.single_running_kv_usage_max)
     put("deferred_lines", st.deferred_lines)
     put("stats_engines", len(st.engines) or None)
+    from_metrics = facts.runtime_from == "metrics"
+    put("runtime_source", ("metrics" if from_metrics else "log") if st.lines else None)
+    put("stats_what", "metrics samples" if from_metrics else "stats lines")
+    put("stats_each", "scrape" if from_metrics else "line")
+    put("input_is_metrics", facts.metrics_input)
+    pre_metrics = from_metrics or facts.preemptions_from == "metrics"
+    put("preemption_samples", facts.metrics.lines if pre_metrics else st.lines)
+    put("preemption_what", "metrics samples" if pre_metrics else "stats lines")
+    if from_metrics:  # the poll interval of watch --metrics; unknown for a saved scrape
+        put("stats_interval_s", (facts.metrics_info or {}).get("interval_s"))
+        return
     interval = None
     env = facts.env.get("VLLM_LOG_STATS_INTERVAL")
     if env is not None:

@@ -28,9 +28,11 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from kvlogdiag.errors import KvlogdiagError
+from kvlogdiag.extract.commands import is_vllm_flag
 from kvlogdiag.extract.facts import Fact, LogFacts
 from kvlogdiag.fileio import read_regular
 from kvlogdiag.result import Severity
+from kvlogdiag.rules import suggestion as suggestion_spec
 from kvlogdiag.rules.condition import (
     Binary,
     Call,
@@ -153,6 +155,7 @@ class Check:
     severity: str
     fix: str | None
     evidence: tuple[str, ...]
+    suggest: suggestion_spec.SuggestSpec | None = None  # the one setting this check's finding changes
 
 
 @dataclass
@@ -329,7 +332,7 @@ def load_rule(path: str, content: bytes | str, builtin: bool = False) -> Rule:
     if not isinstance(refs, list) or not all(isinstance(r, str) for r in refs):
         raise RuleLoadError(f"{where}: 'references' must be a list of URLs")
     known_top = {"code", "name", "severity", "summary", "message", "why", "fix", "references", "applies_to",
-                  "params", "let", "checks", "samples", "condition", "when", "evidence"}
+                  "params", "let", "checks", "samples", "condition", "when", "evidence", "suggest"}
     unknown = set(data) - known_top
     if unknown:
         raise RuleLoadError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
@@ -364,7 +367,7 @@ def load_rule(path: str, content: bytes | str, builtin: bool = False) -> Rule:
     for i, c in enumerate(raw_checks):
         if not isinstance(c, dict):
             raise RuleLoadError(f"{where}: checks[{i}] must be a table")
-        extra = set(c) - {"when", "message", "severity", "fix", "evidence"}
+        extra = set(c) - {"when", "message", "severity", "fix", "evidence", "suggest"}
         if extra:
             raise RuleLoadError(f"{where}: checks[{i}]: unknown field(s) {', '.join(sorted(extra))}")
         sev = c.get("severity", severity)
@@ -391,7 +394,8 @@ def load_rule(path: str, content: bytes | str, builtin: bool = False) -> Rule:
                     compile_user_regex(e[5:])
                 except ConditionError as exc:
                     raise RuleLoadError(f"{where}: checks[{i}].evidence: {exc}") from None
-        checks.append(Check(_parse(where, f"checks[{i}].when", c.get("when"), names), msg, sev, fix, tuple(ev)))
+        checks.append(Check(_parse(where, f"checks[{i}].when", c.get("when"), names), msg, sev, fix, tuple(ev),
+                            _suggest_spec(where, i, data.get("suggest"), c.get("suggest"), names)))
     _check_template(where, "fix", data["fix"], names)
 
     samples = data.get("samples", [])
@@ -411,6 +415,20 @@ def load_rule(path: str, content: bytes | str, builtin: bool = False) -> Rule:
     return Rule(code, name, severity, data["summary"].strip(), checks[0].message, data["why"].strip(),
                 data["fix"].strip(), refs, applies, params, lets, checks, samples, path,
                 tuple(dict.fromkeys(line_patterns)), builtin)
+
+
+def _suggest_spec(where: str, i: int, base: Any, override: Any, names: set[str]) -> suggestion_spec.SuggestSpec | None:
+    """The validated suggestion of checks[i]: the rule's [suggest] with the check's own 'suggest' on top."""
+    if base is not None and not isinstance(base, dict):
+        raise RuleLoadError(f"{where}: [suggest] must be a table")
+    if override is not None and override is not False and not isinstance(override, dict):
+        raise RuleLoadError(f"{where}: checks[{i}].suggest must be a table or false")
+    raw = suggestion_spec.merge(base, override)
+    if raw is None:
+        return None
+    return suggestion_spec.build(raw, f"checks[{i}].suggest", lambda f, text: _parse(where, f, text, names),
+                                 lambda f, text: _check_template(where, f, text, names),
+                                 is_vllm_flag, lambda msg: RuleLoadError(f"{where}: {msg}"))
 
 
 # what tests/test_rules.py reads from a [[samples]] entry
@@ -706,7 +724,7 @@ def _evidence(check: Check, rule: Rule, prov: dict[str, Fact], facts: LogFacts,
 
 
 def evaluate(rules: RuleSet, facts: LogFacts, analysis: dict, options: Options | None = None,
-             errors: list[RuleError] | None = None) -> list[dict]:
+             errors: list[RuleError] | None = None, suggestions: list[dict] | None = None) -> list[dict]:
     """Evaluate every rule; returns findings sorted by line, then code.
 
     A rule that cannot be evaluated — a figure it uses failed to compute, its provider raised, a line
@@ -775,6 +793,11 @@ def evaluate(rules: RuleSet, facts: LogFacts, analysis: dict, options: Options |
                         "rank": ev.rank if ev else None,
                         "summary": rule.summary,
                     })
+                    if check.suggest is not None and suggestions is not None:
+                        s = suggestion_spec.evaluate(check.suggest, env, funcs, render_template, rule.code, rule.name,
+                                                     check.severity, ev.line if ev else None)
+                        if s is not None:
+                            suggestions.append(s)
                     break
         except (EvaluationError, ArithmeticError, TypeError, ValueError, RecursionError) as exc:
             fail(rule, f"evaluation failed: {exc}")
