@@ -322,3 +322,13 @@ def test_a_deployment_is_not_windowed():
     assert res.exit_code == 2 and "--since: not with --deployment" in res.stderr
     res = CliRunner().invoke(cli, ["report", deployment, "--until", "2026-01-01", "--log-tz", "UTC"])
     assert res.exit_code == 2 and "--until, --log-tz: not for a deployment report" in res.stderr
+
+
+def test_diff_takes_the_window(tmp_path):
+    text, timed = shifted(START)
+    path = write(tmp_path, "d.log", text, datetime(2026, 1, 1, 1, tzinfo=UTC))
+    res = CliRunner().invoke(cli, ["diff", path, path, "--format", "json", "--fail-on", "never", "--log-tz", "UTC",
+                                   "--since", "2026-01-01T00:00"])
+    assert res.exit_code == 0, res.output
+    n, _ = expected(timed, MIDNIGHT, None)
+    assert json.loads(res.stdout)["runtime"]["stats_lines"] == {"before": n, "after": n, "change": 0, "change_pct": 0.0}

@@ -9,6 +9,7 @@ import click
 
 from kvlogdiag.cli.common import build_analyzer, err, fail_exit, report_rule_errors, rule_options
 from kvlogdiag.cli.exit import ExitCode
+from kvlogdiag.cli.timewindow import install_window, window_options
 from kvlogdiag.input.reader import DEFAULT_MAX_BYTES, InputError
 from kvlogdiag.modes.diff import DiffError, compare, parse_side, render_markdown, render_text, select_run
 from kvlogdiag.render.redact import escape_controls
@@ -22,6 +23,7 @@ from kvlogdiag.rules.engine import RuleLoadError
               help="text for a terminal, json (docs/diff.schema.json), markdown for a PR or an issue.")
 @click.option("--max-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_BYTES, show_default=True,
               help="Stop reading each input after this many (decompressed) bytes.")
+@window_options
 @rule_options
 def diff(before: str, after: str, fmt: str, max_bytes: int, **kw: Any) -> ExitCode:
     """Compare two server starts: the settings that changed, the KV figures, the stats, the findings.
@@ -35,6 +37,7 @@ def diff(before: str, after: str, fmt: str, max_bytes: int, **kw: Any) -> ExitCo
     kvlogdiag diff server.log@1 server.log@2 --format markdown > pr-comment.md
     """
     analyzer = build_analyzer(kw)
+    install_window(analyzer, kw)  # --since/--until: both sides' runtime figures cover the window
     sides = []
     try:
         cache: dict[str, Any] = {}
