@@ -179,6 +179,10 @@ class Analyzer:
             rules = load_rules(self.options.rule_dirs).selected(self.options.select, self.options.ignore)
         self.rules = rules
         self.rule_errors: list[RuleError] = []
+        # --since/--until (kvlogdiag.timeline): runtime lines outside it are not fed, runs outside it dropped
+        self.window: Any = None
+        self.timelines = False  # record per-run KV usage / preemption timelines (scan --html)
+        self.last_feed: Any = None  # the TimedFeed of the last read (its timelines), when one was installed
 
     def new_extractor(self, source: str) -> Extractor:
         ex = Extractor(source)
@@ -206,6 +210,10 @@ class Analyzer:
     def read(self, fh: BinaryIO, source: str, session: "Session | ContainerSessions") -> LineStats:
         """Feed every (candidate) line of ``fh`` into ``session``."""
         stats = LineStats()
+        if self.window is not None or self.timelines:
+            from kvlogdiag.timeline import TimedFeed
+
+            session = self.last_feed = TimedFeed(session, source, self.window, self.timelines)  # type: ignore[assignment]
         width = detect_hard_wrap(fh, source)
         if width:  # a paste cut into fixed-width rows: rejoin them (every row must be seen)
             lines = unwrap_lines(iter_lines(fh, source, None, stats), width)
@@ -236,8 +244,12 @@ class Analyzer:
         if _is_scrape(fh, source):
             return [self.analyze_metrics(fh, source)]
         router = ContainerSessions(self, source)
+        self.last_feed = None
         stats = self.read(fh, source, router)
-        return router.results(stats.lines, stats.long_lines)
+        results = router.results(stats.lines, stats.long_lines)
+        if self.last_feed is not None:
+            results = self.last_feed.apply(results)
+        return results
 
     def analyze_stream(self, fh: BinaryIO, source: str) -> InputAnalysis:
         """The analysis of ``fh``; of a multi-container log, its first container's (never a merge:

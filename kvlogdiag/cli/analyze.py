@@ -21,6 +21,7 @@ from kvlogdiag.cli.output import (
     statistics_format_error,
     statistics_text,
 )
+from kvlogdiag.cli.timewindow import install_window, window_given, window_options
 from kvlogdiag.input.reader import DEFAULT_MAX_BYTES, InputError
 from kvlogdiag.render.analysis import render_json, render_markdown, render_text
 from kvlogdiag.render.ci import logs_from_analyses, rule_info
@@ -52,6 +53,7 @@ def _check_run(ctx, param, value):
 @click.option("--deployment", "as_deployment", is_flag=True,
               help="Judge the inputs as the logs of one PD deployment (files, folders, globs): as `kvlogdiag deployment`.")
 @deployment_options
+@window_options
 @rule_options
 @output_options()
 def analyze(inputs: tuple[str, ...], fmt: str, max_bytes: int, run: str | None, as_deployment: bool = False,
@@ -64,6 +66,10 @@ def analyze(inputs: tuple[str, ...], fmt: str, max_bytes: int, run: str | None, 
     (docker compose logs, kubectl logs --prefix) is analysed per container. With --deployment the
     inputs are the logs of a PD deployment, judged together (docs/deployment.md)."""
     if as_deployment:  # one code path with `kvlogdiag deployment` (cli/deployment.py)
+        windowed = window_given(kw)
+        if windowed:
+            err(f"{windowed}: not with --deployment (each log's current server start is judged whole)")
+            return ExitCode.ERROR
         if run not in (None, "last"):
             err("--deployment judges each log's current server start: --run does not apply")
             return ExitCode.ERROR
@@ -88,6 +94,7 @@ def analyze(inputs: tuple[str, ...], fmt: str, max_bytes: int, run: str | None, 
     if problem:
         err(problem)
         return ExitCode.ERROR
+    install_window(analyzer, kw)
     opts = analyzer.options
     out = Output(output, quiet)
     results = []

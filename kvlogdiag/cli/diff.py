@@ -10,6 +10,7 @@ import click
 from kvlogdiag.cli.common import build_analyzer, err, fail_exit, report_rule_errors, rule_options
 from kvlogdiag.cli.exit import ExitCode
 from kvlogdiag.cli.output import Output, check_target, finish
+from kvlogdiag.cli.timewindow import install_window, window_options
 from kvlogdiag.input.reader import DEFAULT_MAX_BYTES, InputError
 from kvlogdiag.modes.diff import DiffError, compare, parse_side, render_markdown, render_text, select_run
 from kvlogdiag.rules.engine import RuleLoadError
@@ -26,6 +27,7 @@ from kvlogdiag.rules.engine import RuleLoadError
               help="Write the output to FILE instead of stdout (replaced atomically).")
 @click.option("-q", "--quiet", is_flag=True, default=False,
               help="Print nothing on stdout: only the exit code and errors (stderr) tell.")
+@window_options
 @rule_options
 def diff(before: str, after: str, fmt: str, max_bytes: int, output: str | None, quiet: bool, **kw: Any) -> ExitCode:
     """Compare two server starts: the settings that changed, the KV figures, the stats, the findings.
@@ -43,6 +45,7 @@ def diff(before: str, after: str, fmt: str, max_bytes: int, output: str | None, 
         err(problem)
         return ExitCode.ERROR
     analyzer = build_analyzer(kw, inputs=tuple(p.rsplit("@", 1)[0] for p in [before, after]))
+    install_window(analyzer, kw)  # --since/--until: both sides' runtime figures cover the window
     sides = []
     try:
         cache: dict[str, Any] = {}

@@ -11,6 +11,7 @@ from kvlogdiag.cli.common import build_analyzer, err, fail_exit, report_rule_err
 from kvlogdiag.cli.deployment import deployment_options, load_deployments
 from kvlogdiag.cli.exit import ExitCode
 from kvlogdiag.cli.output import check_target
+from kvlogdiag.cli.timewindow import install_window, window_given, window_options
 from kvlogdiag.fileio import write_atomic
 from kvlogdiag.input.reader import DEFAULT_MAX_BYTES, InputError
 from kvlogdiag.modes.report import ReportError, make_report, read_input
@@ -44,6 +45,7 @@ def _check_run(ctx: click.Context, param: click.Parameter, value: str) -> str:
 @click.option("--deployment", "as_deployment", is_flag=True,
               help="Report the logs as one PD deployment (several files or a folder imply it): docs/deployment.md.")
 @deployment_options
+@window_options
 @rule_options
 def report(sources: tuple[str, ...], clipboard: bool, fmt: str, output: str | None, redact: bool, run: str, max_bytes: int,
            container: str | None = None, as_deployment: bool = False, avg_output_len: int | None = None,
@@ -64,6 +66,10 @@ def report(sources: tuple[str, ...], clipboard: bool, fmt: str, output: str | No
         if container is not None or run != "last":
             err("a deployment report takes each log's current server start: --run and --container do not apply")
             return ExitCode.ERROR
+        windowed = window_given(kw)
+        if windowed:
+            err(f"{windowed}: not for a deployment report (each log's current server start is judged whole)")
+            return ExitCode.ERROR
         return _deployment_report(sources, fmt, output, redact, max_bytes, kw, avg_output_len, group_by, host_ram_gib)
     given = [name for name, v in (("--avg-output-len", avg_output_len), ("--group-by", group_by),
                                   ("--host-ram-gib", host_ram_gib)) if v is not None]
@@ -75,6 +81,7 @@ def report(sources: tuple[str, ...], clipboard: bool, fmt: str, output: str | No
         err("give a FILE or --clipboard, not both")
         return ExitCode.ERROR
     analyzer = build_analyzer(kw, [source] if source else [])
+    install_window(analyzer, kw)
     problem = check_target(output)
     if problem:
         err(problem)

@@ -20,9 +20,12 @@ from kvlogdiag.cli.output import (
     statistics_format_error,
     statistics_text,
 )
+from kvlogdiag.cli.timewindow import install_window, window_options
+from kvlogdiag.fileio import write_atomic
 from kvlogdiag.input.reader import DEFAULT_MAX_BYTES
 from kvlogdiag.modes.deployment import GROUP_BY, deployment_column
 from kvlogdiag.modes.scan import (
+    DETAIL_KEY,
     OUTPUT_FORMATS,
     Entry,
     Finder,
@@ -65,11 +68,15 @@ from kvlogdiag.render.redact import escape_controls
 @click.option("--progress/--no-progress", default=None, help="Progress bar [default: when stderr is a terminal].")
 @click.option("--group-by", type=click.Choice(GROUP_BY), default=None,
               help="Add a 'deployment' column: the PD deployment each file belongs to, grouped as `kvlogdiag deployment --group-by`.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
+              help="Also write one self-contained HTML page over the whole archive (charts with the 'charts' extra).")
+@window_options
 @rule_options
 @output_options(with_output=False)
 def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, ...], jobs: int | None,
          output: str | None, state_path: str | None, max_bytes: int, fmt_out: str, progress: bool | None,
-         group_by: str | None = None, quiet: bool = False, statistics: bool = False, **kw: Any) -> ExitCode:
+         group_by: str | None = None, html_path: str | None = None, quiet: bool = False, statistics: bool = False,
+         **kw: Any) -> ExitCode:
     """Scan an archive of logs (folders, globs, compressed files): one row per server start of each file, summaries, --output.
 
     \b
@@ -102,7 +109,7 @@ def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, .
             except ImportError:
                 err("writing Parquet needs pyarrow: pip install 'kvlogdiag[parquet]' (or use .csv/.json)")
                 return ExitCode.ERROR
-    for what, target in (("--output", output), ("--state", state_path)):
+    for what, target in (("--output", output), ("--state", state_path), ("--html", html_path)):
         if target:  # found out before the scan, not after it (the rows would be lost)
             where = os.path.dirname(os.path.abspath(target))
             if not os.path.isdir(where):
@@ -115,6 +122,8 @@ def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, .
                 err(f"{what} {target}: is a folder")
                 return ExitCode.ERROR
     analyzer = build_analyzer(kw, paths)
+    window = install_window(analyzer, kw)
+    analyzer.timelines = bool(html_path)
     opts = analyzer.options
 
     state: dict | None = None
@@ -153,8 +162,12 @@ def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, .
             if (same_fp and prev and e.head is not None and prev.get("size") == e.size and prev.get("mtime_ns") == e.mtime_ns
                     and prev.get("head") == e.head and isinstance(prev.get("rows"), list)
                     and all(isinstance(r, dict) for r in prev["rows"]) and prev["rows"]
-                    and not (group_by and _lacks_peer(prev["rows"]))):
+                    and not (group_by and _lacks_peer(prev["rows"]))
+                    and (not html_path or _cached_details(prev))):
                 rows[e.abspath] = [dict(r, source=e.source) for r in prev["rows"]]
+                if html_path:  # the page's run details were kept with the rows
+                    for r, d in zip(rows[e.abspath], prev["details"]):
+                        r[DETAIL_KEY] = d
                 cached += 1
                 continue
         todo.append(e)
@@ -168,7 +181,11 @@ def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, .
 
     def remember(e: Entry, file_rows: list[dict]) -> None:
         if state is not None and all(r.get("error") is None for r in file_rows):
-            new_state_files[e.abspath] = {"size": e.size, "mtime_ns": e.mtime_ns, "head": e.head, "rows": file_rows}
+            rec: dict[str, Any] = {"size": e.size, "mtime_ns": e.mtime_ns, "head": e.head,
+                                   "rows": [{k: v for k, v in r.items() if k != DETAIL_KEY} for r in file_rows]}
+            if html_path:
+                rec["details"] = [r.get(DETAIL_KEY) for r in file_rows]
+            new_state_files[e.abspath] = rec
 
     checkpoint_failed: list[str] = []
 
@@ -224,6 +241,21 @@ def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, .
             err(f"{output}: {exc}")
             return ExitCode.ERROR
 
+    if html_path:
+        from kvlogdiag.modes.archive_report import render_html
+
+        info = {"files": len(entries), "unreadable": sum(1 for r in ordered if r.get("error")), "paths": list(paths),
+                "window": (f"{window.since_text or 'start'} to {window.until_text or 'end'}" if window is not None else None)}
+        try:
+            write_atomic(html_path, render_html(ordered, analyzer.rules.by_code(), info))
+        except OSError as exc:
+            err(f"{html_path}: cannot write ({exc.strerror or exc})")
+            return ExitCode.ERROR
+        click.echo(f"kvlogdiag: wrote {html_path}", err=True)
+    outside = sum(1 for e in entries if e.error is None and not rows.get(e.abspath))
+    if window is not None and outside:
+        click.echo(f"kvlogdiag: {outside} file(s) have no server start in the --since/--until window", err=True)
+
     if finder.missing or state_failed or (opts.strict_rules and rule_errors):
         code = ExitCode.ERROR
     else:
@@ -247,3 +279,11 @@ def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, .
 def _lacks_peer(rows: list[dict]) -> bool:
     """A state row of an older kvlogdiag has no ``deployment_peer``: with --group-by its file is read again."""
     return any(r.get("error") is None and "deployment_peer" not in r for r in rows)
+
+
+def _cached_details(prev: dict) -> bool:
+    """The state record holds valid run details for each row (else the file is read again for --html)."""
+    from kvlogdiag.modes.archive_report import valid_detail
+
+    ds = prev.get("details")
+    return isinstance(ds, list) and len(ds) == len(prev["rows"]) and all(valid_detail(d) for d in ds)

@@ -93,6 +93,7 @@ class StatsSummary:
 
     lines: int = 0
     kv_usage_max: float | None = None
+    kv_usage_last: float | None = None  # the latest stats line's usage (per-run timelines of scan --html)
     kv_usage_max_fact: Fact | None = None
     kv_usage_samples: int = 0
     kv_usage_hist: dict[int, UsageBucket] = field(default_factory=dict)  # usage_step → bucket (≤ 1,001 entries)
@@ -140,6 +141,7 @@ class StatsSummary:
 
     def add_kv_usage(self, pct: float, fact: Fact) -> None:
         self.kv_usage_samples += 1
+        self.kv_usage_last = pct
         if self.kv_usage_max is None or pct > self.kv_usage_max:
             self.kv_usage_max = pct
             self.kv_usage_max_fact = fact

@@ -352,6 +352,10 @@ def _summary_rows(doc: dict) -> list[list[str]]:
     if a["errors"].get("startup_failed"):
         verdict += " · start-up failed"
     rows.append(["findings", verdict])
+    win = a.get("window")
+    if win:  # --since/--until (kvlogdiag.timeline): the runtime figures cover the window only
+        rows.append(["time window", f"{win.get('since') or 'start'} to {win.get('until') or 'end'}: runtime figures cover it "
+                     f"({a['runtime']['stats_lines']:,} stats lines in it, {win.get('runtime_lines_outside', 0):,} runtime lines outside)"])
     return rows
 
 

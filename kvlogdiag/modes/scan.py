@@ -42,6 +42,7 @@ STATE_FORMAT = "kvlogdiag-scan-state"
 STATE_VERSION = 1
 ROW_SCHEMA = 5  # bump when the row columns change: old state rows are then re-computed
 CHECKPOINT_S = 10.0  # --state: write progress this often during a long scan
+DETAIL_KEY = "_detail"  # scan --html: a row's run details (kvlogdiag.modes.archive_report), stripped from every output
 
 COLUMNS = (
     "source", "host", "pod", "container", "runs", "run", "run_first_line", "run_last_line", "lines_read", "vllm_version", "engine", "platform", "model",
@@ -378,13 +379,14 @@ def row_columns(rows: list[dict]) -> tuple[str, ...]:
 _WORKER: dict[str, Any] = {}
 
 
-def _init_worker(options, max_bytes: int) -> None:
+def _init_worker(options, max_bytes: int, window=None, timelines: bool = False) -> None:
     """Process pool initialiser: one Analyzer per process (rules loaded once)."""
     import signal
 
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
     _WORKER["analyzer"] = Analyzer(options)
+    _WORKER["analyzer"].window, _WORKER["analyzer"].timelines = window, timelines  # --since/--until, --html
     _WORKER["max_bytes"] = max_bytes
 
 
@@ -392,8 +394,12 @@ def analyze_file(analyzer, source: str, path: str, max_bytes: int) -> list[dict[
     """One file → one row per run (per container of an interleaved multi-container log, each its own
     analysis); never raises for a bad input (one row whose ``error`` says why)."""
 
+    from kvlogdiag.timeline import WindowEmpty
+
     try:
         parts = analyzer.analyze_source_split(path, max_bytes)
+    except WindowEmpty as exc:  # --since/--until: no server start of this file in the window → no row
+        return [empty_row(source, "no line timestamps: --since/--until cannot be applied")] if exc.no_times else []
     except InputError as exc:
         msg = str(exc)
         if msg.startswith(path + ": "):
@@ -410,6 +416,10 @@ def analyze_file(analyzer, source: str, path: str, max_bytes: int) -> list[dict[
         for run in a.runs:
             row = row_from_analysis(source, run)
             row["container"] = a.container
+            if analyzer.timelines:  # scan --html: the run's timeline and findings ride along (never a column)
+                from kvlogdiag.modes.archive_report import run_detail
+
+                row[DETAIL_KEY] = run_detail(run, analyzer.last_feed)
             rows.append(row)
     host = None
     for row in rows:
@@ -451,6 +461,9 @@ def fingerprint(analyzer, max_bytes: int) -> str:
             except OSError:
                 h.update(rule.path.encode())
     h.update(",".join(r.code for r in analyzer.rules.rules).encode())
+    window = getattr(analyzer, "window", None)
+    if window is not None:  # --since/--until change what every row counts
+        h.update(b"window|" + window.fingerprint().encode())
     return h.hexdigest()
 
 
@@ -760,7 +773,7 @@ def _run_pool(todo, analyzer, max_bytes, njobs, rule_errors, done, start_bar) ->
     except ValueError:  # pragma: no cover - platforms without fork
         ctx = multiprocessing.get_context()
     pool = ProcessPoolExecutor(max_workers=min(njobs, len(batches)), mp_context=ctx,
-                               initializer=_init_worker, initargs=(analyzer.options, max_bytes))
+                               initializer=_init_worker, initargs=(analyzer.options, max_bytes, analyzer.window, analyzer.timelines))
     try:
         futures = {pool.submit(_work, [(e.source, e.abspath) for e in b]): b for b in batches}
         # the workers exist now (fork start: all at the first submit); load pandas for the summary meanwhile

@@ -188,6 +188,11 @@ def render_text(analyses: list[Analysis], min_severity: str = "info", errors: It
                        f" / {fmt_num(rt.get('recompute_preemptions', 0))} RecomputeScheduler")
         if rt.get("metrics"):
             out.extend(metrics_text_lines(rt["metrics"]))
+        win = a.extra.get("window")
+        if win:  # --since/--until: what the runtime figures above cover (kvlogdiag.timeline)
+            out.append(f"Window: {win.get('since') or 'start'} to {win.get('until') or 'end'} (run spans {win.get('start')} to "
+                       f"{win.get('end')}); runtime figures cover the window, {win.get('runtime_lines_outside', 0):,} runtime "
+                       "lines outside it not counted")
         fs = visible_findings(a, min_severity)
         out.append("")
         if fs:
