@@ -53,7 +53,7 @@ from kvlogdiag.errors import KvlogdiagError
 from kvlogdiag.extract.runs import command_only, server_starts
 from kvlogdiag.input.incremental import StreamLines
 from kvlogdiag.input.reader import Line
-from kvlogdiag.pipeline import Analyzer, prefilter
+from kvlogdiag.pipeline import Analyzer
 from kvlogdiag.render.analysis import clean_json, error_lines, fmt_bpt, fmt_gib, fmt_num
 from kvlogdiag.result import Analysis, Finding, InputAnalysis, KVCache, Severity
 from kvlogdiag.rules.engine import RuleLoadError
@@ -380,7 +380,7 @@ class Watcher:
         # the root cause of a failed start is reported the moment its line arrives, not at EOF
         self.session.extractor.startup.listeners.append(self._on_cause)
         self.cause_seen = False
-        self.lines = StreamLines(None if analyzer.needs_every_line else prefilter())
+        self.lines = StreamLines(analyzer.line_prefilter())
         self.echo_tail = b""  # bytes of a partial line not echoed yet
         self.last_input = clock()
         self.position = 0  # the line the analysis has reached

@@ -98,7 +98,7 @@ FUNCTIONS: dict[str, FunctionSpec] = {
 FUNCTION_DOCS: dict[str, str] = {
     "defined(x)": "x is not null",
     "event(name)": "how many lines of a named catalogue event the log has (e.g. `event('hma_auto_off')`)",
-    "any_line(regex)": "some line matches the regex (a user rule's raw-line search: every line is read)",
+    "any_line(regex)": "some line matches the regex (a user rule's raw-line search: the rarest word every match needs joins the reader's prefilter, kvlogdiag/rules/literals.py; without such a word every line is read)",
     "count(regex)": "how many lines match the regex",
     "version_ge(v)": "the logged vLLM version is >= v (null when unknown)",
     "version_lt(v)": "the logged vLLM version is < v (null when unknown)",
