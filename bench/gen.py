@@ -341,3 +341,127 @@ def write_archive(folder: str, count: int, seed: int = 77) -> dict:
                 fh.write(data)
         total += len(data)
     return {"files": count, "gzip": gz, "bytes": total}
+
+
+# --- long-log shapes (issue 17): where the per-line cost differs ---------------------------------
+
+SHAPES = {
+    # a server with request logging mostly off (a prompt logged for ~6 % of requests): ~170-byte lines, ~30 % stats
+    "stats-dense": {"reqs": (0, 2), "received": 0.06, "engines": 1, "crlf": False, "ansi": False},
+    # request logging on and a busy server: ~30 requests per stats line, long 'Received request' lines
+    "request-heavy": {"reqs": (20, 40), "received": 1.0, "engines": 1, "crlf": False, "ansi": False},
+    # a DP=8 deployment's API server: one stats line per engine every 10 s
+    "dp8": {"reqs": (0, 4), "received": 1.0, "engines": 8, "crlf": False, "ansi": False},
+    # the default shape as captured from a Windows/Docker terminal: CRLF line ends, ANSI-coloured prefixes
+    "crlf-ansi": {"reqs": (0, 4), "received": 1.0, "engines": 1, "crlf": True, "ansi": True},
+}
+
+
+def write_shape_log(path: str, target_bytes: int, shape: str, seed: int = 20251201) -> dict:
+    """Write a ~target_bytes log of one of `SHAPES` to ``path``; return the figures the analysis must show
+    (the same keys as `write_long_log`, plus ``mean_line_bytes`` and ``stats_fraction``)."""
+    opt = SHAPES[shape]
+    rng = random.Random(seed)
+    cache: dict = {}
+    api, core = 2231, 2519
+    t = _T0
+    head = startup_v013(api, core, (2522, 2523), t, cache)
+    t += 100
+    prompts = _prompts(rng, 2000)
+    params = [_PARAMS.format(t=tt, m=mm) for tt in ("0.0", "0.7") for mm in (256, 4096)]
+    pid = f"(APIServer pid={api})"
+    if opt["ansi"]:
+        A = f"\x1b[1;36m{pid}\x1b[0;0m \x1b[32mINFO\x1b[0m "
+        ACC = f"\x1b[1;36m{pid}\x1b[0;0m \x1b[32mINFO\x1b[0m:     "
+        head = [f"\x1b[1;36m{ln[:ln.index(')') + 1]}\x1b[0;0m{ln[ln.index(')') + 1:]}" if ln.startswith("(") else ln for ln in head]
+    else:
+        A, ACC = f"{pid} INFO ", f"{pid} INFO:     "
+    eol = "\r\n" if opt["crlf"] else "\n"
+    lo, hi = opt["reqs"]
+    engines = opt["engines"]
+    n_lines = len(head)
+    stats = busy = single_q = high = preempt_total = preempt_lines = 0
+    kv_max = None
+    state = [{"usage": 0.0, "hit": 0.0, "running": 0, "waiting": 0} for _ in range(engines)]
+    buf: list[str] = []
+    pending = 0
+    total_bytes = 0
+
+    def add(line: str) -> None:
+        nonlocal pending
+        buf.append(line)
+        pending += len(line) + len(eol)
+
+    with open(path, "w", encoding="utf-8", newline="") as fh:
+        fh.write(eol.join(head) + eol)
+        written = sum(len(x) + len(eol) for x in head)
+        while written + pending < target_bytes:
+            for _ in range(rng.randint(lo, hi)):
+                rid = f"chatcmpl-{rng.getrandbits(128):032x}"
+                st = _stamp(t, cache)
+                if rng.random() < opt["received"]:
+                    add(f"{A}{st} [logger.py:43] Received request {rid}: prompt: '{prompts[rng.randrange(len(prompts))]}', "
+                        f"params: {params[rng.randrange(len(params))]}, prompt_token_ids: None, "
+                        f"prompt_embeds shape: None, lora_request: None.")
+                add(f"{A}{st} [async_llm.py:325] Added request {rid}.")
+                add(f"{ACC}127.0.0.1:{rng.randint(50000, 59999)} - \"POST /v1/chat/completions HTTP/1.1\" 200 OK")
+            t += 10
+            for e, s in enumerate(state):
+                s["running"] = max(0, min(MAX_NUM_SEQS, s["running"] + rng.randint(-12, 14)))
+                if s["running"] >= 200:
+                    s["waiting"] = max(0, s["waiting"] + rng.randint(-3, 6))
+                else:
+                    s["waiting"] = max(0, s["waiting"] - rng.randint(0, 5))
+                if rng.random() < 0.002:
+                    s["running"], s["waiting"] = 1, rng.randint(1, 9)
+                s["usage"] = min(100.0, max(0.0, s["usage"] + rng.uniform(-6.0, 6.5)))
+                s["hit"] = min(95.0, max(0.0, s["hit"] + rng.uniform(-0.5, 0.6)))
+                pre = rng.randint(1, 40) if (s["usage"] > 96.0 and rng.random() < 0.01) else 0
+                u = f"{s['usage']:.1f}"
+                mid = f", Preemptions: {pre}" if pre else ""
+                add(f"{A}{_stamp(t, cache)} [loggers.py:123] Engine {e:03d}: Avg prompt throughput: "
+                    f"{rng.uniform(0, 9000):.1f} tokens/s, Avg generation throughput: {rng.uniform(0, 3000):.1f} tokens/s, "
+                    f"Running: {s['running']} reqs, Waiting: {s['waiting']} reqs{mid}, GPU KV cache usage: {u}%, "
+                    f"Prefix cache hit rate: {s['hit']:.1f}%")
+                stats += 1
+                uf = float(u)
+                kv_max = uf if kv_max is None or uf > kv_max else kv_max
+                high += uf >= 90.0
+                busy += bool(s["running"] or s["waiting"])
+                single_q += s["running"] == 1 and s["waiting"] > 0
+                if pre:
+                    preempt_total += pre
+                    preempt_lines += 1
+            if pending >= 8 << 20:
+                fh.write(eol.join(buf) + eol)
+                written += pending
+                n_lines += len(buf)
+                buf.clear()
+                pending = 0
+        if buf:
+            fh.write(eol.join(buf) + eol)
+            n_lines += len(buf)
+    total_bytes = os.path.getsize(path)
+    return {
+        "shape": shape,
+        "bytes": total_bytes,
+        "lines_read": n_lines,
+        "mean_line_bytes": round(total_bytes / n_lines, 1),
+        "stats_fraction": round(stats / n_lines, 3),
+        "stats_lines": stats,
+        "kv_usage_max_pct": kv_max,
+        "kv_usage_high_lines": high,
+        "busy_stats_lines": busy,
+        "single_running_with_queue_lines": single_q,
+        "stats_preemptions_total": preempt_total,
+        "stats_preemption_lines": preempt_lines,
+        "available_gib": [AVAIL_GIB],
+        "tokens": [KV_TOKENS],
+        "max_concurrency": [{"tokens_per_request": MAX_LEN, "concurrency": CONCURRENCY}],
+        "version": "0.13.0",
+        "engine": "v1",
+        "model": MODEL,
+        "tensor_parallel_size": TP,
+        "max_model_len": MAX_LEN,
+        "gpu_memory_utilization": GMU,
+    }

@@ -37,19 +37,24 @@ sys.path.insert(0, HERE)
 import gen  # noqa: E402
 from tabulate import tabulate  # noqa: E402
 
+# an installed kvlogdiag starts from its .pyc files (pip compiles them); with this variable set (some
+# sandboxes set it) every measured process would compile ~60 modules from source first (~0.1 s CPU)
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
 BIN = os.path.dirname(sys.executable)
 KVLOGDIAG = shutil.which("kvlogdiag", path=BIN) or shutil.which("kvlogdiag") or "kvlogdiag"
 GREP_PATTERN = "KV cache|non-default args|preempt|Maximum concurrency|Initializing a V"
 MB = 1_000_000
 
-# targets (2-core machine)
-T_GREP_RATIO = 4.0
+# targets (2-core machine): issue 17
+T_GREP_RATIO = 3.0  # every long-log shape
 T_RSS_MB = 100.0
-T_WATCH_LPS = 200_000
-T_LATENCY_S = 0.100
-T_SCAN_FPS = 500.0
+T_WATCH_LPS = 500_000
+T_LATENCY_S = 0.050
+T_SCAN_FPS = 2000.0
 T_SCAN_SPEEDUP = 1.7
-T_STARTUP_S = 0.3
+T_DASK_RATIO = 1.3  # scan --engine dask (LocalCluster, 2 workers) wall / scan -j 2 wall
+T_STARTUP_CPU_S = 0.100
 
 
 # --- measuring ------------------------------------------------------------------------------------
@@ -144,6 +149,10 @@ def long_log(size: int) -> dict:
     return cached(f"long-{size // MB}MB.log", lambda p: gen.write_long_log(p, size), {"size": size})
 
 
+def shape_log(shape: str, size: int) -> dict:
+    return cached(f"shape-{shape}-{size // MB}MB.log", lambda p: gen.write_shape_log(p, size, shape), {"size": size, "shape": shape})
+
+
 def archive(count: int) -> dict:
     def make(path):
         if os.path.isdir(path):
@@ -154,6 +163,14 @@ def archive(count: int) -> dict:
 
 
 # --- checks ---------------------------------------------------------------------------------------
+
+MISMATCHES: list[str] = []  # figures that differ from the generator's truth: the run fails, loudly
+
+
+def loud(where: str, wrong: list[str]) -> None:
+    if wrong:
+        MISMATCHES.append(f"{where}: " + "; ".join(wrong))
+        print(f"!!! FIGURES DIFFER FROM THE GENERATOR'S TRUTH ({where}): " + "; ".join(wrong), file=sys.stderr, flush=True)
 
 
 def check_analysis(out: bytes, want: dict) -> list[str]:
@@ -199,6 +216,7 @@ def section_long(rows: list, notes: list, log: dict, reps: int) -> dict:
     serial_env = dict(os.environ, KVLOGDIAG_READ_JOBS="0")
     kv1 = run(analyze_cmd(path), capture=True, env=serial_env)
     wrong1 = check_analysis(kv1.out, log) if kv1.rc in (0, 1) else [f"exit status {kv1.rc}"]
+    loud(f"long log {label}", wrong + wrong1)
     grep_c = repeat(reps, lambda: run(["grep", "-cE", GREP_PATTERN, path], capture=True))
     grep_pipe = repeat(reps, lambda: run(["grep", "-E", GREP_PATTERN, path], drain=True))
     grep_null = repeat(reps, lambda: run(["grep", "-E", GREP_PATTERN, path]))
@@ -225,7 +243,31 @@ def section_long(rows: list, notes: list, log: dict, reps: int) -> dict:
     return {"kv": kv, "grep": grep_pipe}
 
 
-def section_scaling(rows: list, logs: list[dict], big: Run | None, reps: int) -> None:
+def section_shapes(rows: list, shapes: list[dict], reps: int) -> list[dict]:
+    """Each long-log shape: analyze vs grep -E on the same file (output drained), figures checked."""
+    out = []
+    for log in shapes:
+        path, shape = log["path"], log["shape"]
+        size = os.path.getsize(path)
+        kv = repeat(reps, lambda path=path: run(analyze_cmd(path), capture=True))
+        wrong = check_analysis(kv.out, log) if kv.rc in (0, 1) else [f"exit status {kv.rc}"]
+        loud(f"shape {shape}", wrong)
+        grep_pipe = repeat(reps, lambda path=path: run(["grep", "-E", GREP_PATTERN, path], drain=True))
+        ratio = kv.wall / grep_pipe.wall
+        per_line_us = kv.cpu / log["lines_read"] * 1e6
+        rows.append(["shapes", f"{shape} ({size / MB:,.0f} MB, {log['mean_line_bytes']:.0f} B/line, "
+                     f"{log['stats_fraction'] * 100:.0f} % stats), median of {reps}", kv.wall, kv.cpu, kv.rss,
+                     f"{ratio:.2f}x grep ({grep_pipe.wall:.2f} s); {per_line_us:.2f} us CPU/line",
+                     f"<= {T_GREP_RATIO:g}x grep", verdict(ratio <= T_GREP_RATIO)])
+        rows.append(["shapes", f"  {shape}: analysis JSON matches the generated log", None, None, None,
+                     f"{log['stats_lines']:,} stats lines, {log['lines_read']:,} lines" if not wrong else "; ".join(wrong)[:120],
+                     "exact", verdict(not wrong)])
+        out.append({"shape": shape, "size": size, "cpu": kv.cpu, "wall": kv.wall, "grep": grep_pipe.wall,
+                    "stats_fraction": log["stats_fraction"], "lines": log["lines_read"]})
+    return out
+
+
+def section_scaling(rows: list, logs: list[dict], big: Run | None, reps: int) -> list:
     pts = []
     for log in logs:
         path = log["path"]
@@ -248,6 +290,7 @@ def section_scaling(rows: list, logs: list[dict], big: Run | None, reps: int) ->
     rows.append(["scaling", "peak RSS flat and small", None, None, None,
                  ", ".join(f"{m:.0f} MB at {sz / MB:,.0f} MB" for (sz, _), m in zip(pts, rss)),
                  f"<= {T_RSS_MB:g} MB, no growth", verdict(flat and max(rss) <= T_RSS_MB)])
+    return pts
 
 
 def has_command(name: str) -> bool:
@@ -325,10 +368,10 @@ def watch_latency() -> float | None:
         p.wait()
 
 
-def section_scan(rows: list, arch: dict) -> None:
+def section_scan(rows: list, arch: dict) -> dict:
     if not has_command("scan"):
         rows.append(["archive", "kvlogdiag scan", None, None, None, "not available (`kvlogdiag scan --help` fails)", "", "n/a"])
-        return
+        return {}
     folder, n = arch["path"], arch["files"]
     res = {}
     for j in (1, 2):  # best of 2: each run is long, and other work on the machine skews one easily
@@ -342,12 +385,46 @@ def section_scan(rows: list, arch: dict) -> None:
     speedup = res[1].wall / res[2].wall
     rows.append(["archive", "speed-up -j 2 / -j 1", None, None, None, f"{speedup:.2f}x", f">= {T_SCAN_SPEEDUP:g}x",
                  verdict(speedup >= T_SCAN_SPEEDUP)])
+    return res
 
 
-def section_startup(rows: list, notes: list, small: str) -> None:
-    r = repeat(10, lambda: run(analyze_cmd(small), capture=True))
-    rows.append(["start-up", f"analyze one small log ({os.path.getsize(small):,} B), median of 10", r.wall, r.cpu, r.rss,
-                 f"{r.wall * 1000:.0f} ms", f"<= {T_STARTUP_S * 1000:.0f} ms", verdict(r.wall <= T_STARTUP_S and r.rc in (0, 1))])
+def section_dask(rows: list, arch: dict) -> Run | None:
+    """scan --engine dask (a LocalCluster of 2 worker processes, started by the command) vs scan -j 2."""
+    try:
+        import distributed  # noqa: F401
+    except ImportError:
+        rows.append(["archive", "kvlogdiag scan --engine dask -j 2", None, None, None,
+                     "not measured: pip install 'kvlogdiag[dask]'", f"<= {T_DASK_RATIO:g}x scan -j 2", "n/a"])
+        return None
+    folder, n = arch["path"], arch["files"]
+    loc = min((run([KVLOGDIAG, "scan", "--no-progress", "--fail-on", "never", "-j", "2", "--format", "jsonl", folder], capture=True)
+               for _ in range(2)), key=lambda x: x.wall)
+    das = min((run([KVLOGDIAG, "scan", "--no-progress", "--fail-on", "never", "-j", "2", "--engine", "dask", "--format", "jsonl",
+                    folder], capture=True) for _ in range(2)), key=lambda x: x.wall)
+    ratio = das.wall / loc.wall
+    same = das.out == loc.out and das.rc == loc.rc
+    if not same:
+        loud("scan --engine dask", ["its rows differ from scan -j 2's"])
+    rows.append(["archive", f"kvlogdiag scan --engine dask -j 2 ({n:,} logs; LocalCluster start included), best of 2",
+                 das.wall, das.cpu, das.rss, f"{ratio:.2f}x scan -j 2 ({loc.wall:.2f} s); {n / das.wall:,.0f} logs/s",
+                 f"<= {T_DASK_RATIO:g}x scan -j 2", verdict(ratio <= T_DASK_RATIO and das.rc in (0, 1))])
+    rows.append(["archive", "  dask rows == scan -j 2 rows, byte for byte (--format jsonl)", None, None, None,
+                 f"{len(das.out.splitlines()):,} rows" if same else "DIFFERENT", "identical", verdict(same)])
+    return das
+
+
+def section_startup(rows: list, notes: list, small: str) -> float:
+    run(analyze_cmd(small), capture=True)  # the first run writes the parsed-rule cache (kvlogdiag/tomlcache.py)
+    runs = [run(analyze_cmd(small), capture=True) for _ in range(10)]
+    r = median_run(runs)
+    cpu = statistics.median(x.cpu for x in runs)
+    rows.append(["start-up", f"analyze one small log ({os.path.getsize(small):,} B), median of 10", r.wall, cpu, r.rss,
+                 f"{cpu * 1000:.0f} ms CPU (min {min(x.cpu for x in runs) * 1000:.0f}), {r.wall * 1000:.0f} ms wall",
+                 f"<= {T_STARTUP_CPU_S * 1000:.0f} ms CPU", verdict(cpu <= T_STARTUP_CPU_S and r.rc in (0, 1))])
+    bare = median_run([run([sys.executable, "-c", "pass"]) for _ in range(5)])
+    imp = median_run([run([sys.executable, "-c", "import kvlogdiag.cli.main"]) for _ in range(5)])
+    rows.append(["start-up", "  of which: python itself / importing the CLI and the analysis path", None, None, None,
+                 f"{bare.cpu * 1000:.0f} ms / {imp.cpu * 1000:.0f} ms CPU", "", ""])
     p = subprocess.run([sys.executable, "-X", "importtime", "-m", "kvlogdiag", "analyze", "--format", "json", small],
                        capture_output=True, text=True)
     imports = []
@@ -359,9 +436,66 @@ def section_startup(rows: list, notes: list, small: str) -> None:
     rows.append(["start-up", "pandas not imported by analyze", None, None, None,
                  "imported: " + ", ".join(pandas[:3]) if pandas else f"{len(imports)} modules, no pandas", "no pandas",
                  verdict(not pandas)])
+    heavy = sorted({name.split(".")[0] for _, _, name in imports if name.split(".")[0] in ("numpy", "rich", "tabulate", "pyarrow")})
+    rows.append(["start-up", "no numpy/rich/tabulate/pyarrow on analyze --format json", None, None, None,
+                 "imported: " + ", ".join(heavy) if heavy else "none of them", "none", verdict(not heavy)])
     top = sorted((i for i in imports if i[1] == 1), reverse=True)[:8]  # top-level imports, by cumulative time
     notes.append("top-level imports of `python -X importtime -m kvlogdiag analyze` (cumulative): "
                  + ", ".join(f"{name} {us / 1000:.0f} ms" for us, _, name in top))
+    return cpu
+
+
+# --- growth -------------------------------------------------------------------------------------
+
+PLOT = os.path.join(ROOT, "docs", "performance-growth.png")
+
+
+def growth(scaling: list, shapes: list[dict], files: list[tuple[int, Run]], base_cpu: float) -> list[str]:
+    """The growth section (Markdown lines) and, with matplotlib, the plot beside docs/performance.md.
+    Per-unit costs leave out the start-up (``base_cpu``: CPU of analyze on a small log)."""
+    md = ["", f"**How the cost grows** (from the runs above; per unit: after the {base_cpu * 1000:.0f} ms CPU start-up of a small "
+          "analyze, or between the two scans):", "", "| input | CPU s | per unit |", "|---|---|---|"]
+
+    def net_per_mb(cpu: float, size: int) -> float:
+        return max(0.0, cpu - base_cpu) / (size / MB) * 1000
+
+    for size, r in scaling:
+        md.append(f"| analyze, {size / MB:,.0f} MB (default shape) | {r.cpu:.2f} | {net_per_mb(r.cpu, size):.1f} ms CPU/MB |")
+    for sh in sorted(shapes, key=lambda x: x["stats_fraction"]):
+        md.append(f"| analyze, {sh['shape']} ({sh['stats_fraction'] * 100:.0f} % stats lines) | {sh['cpu']:.2f} | "
+                  f"{max(0.0, sh['cpu'] - base_cpu) / sh['lines'] * 1e6:.2f} us CPU/line, {net_per_mb(sh['cpu'], sh['size']):.1f} ms CPU/MB |")
+    for n, r in files:
+        md.append(f"| scan -j 2, {n:,} small logs | {r.cpu:.2f} | {n / r.wall:,.0f} logs/s wall |")
+    if len(files) == 2:
+        (n0, r0), (n1, r1) = files
+        md.append(f"| scan -j 2, each further small log | | {(r1.cpu - r0.cpu) / (n1 - n0) * 1000:.2f} ms CPU/log |")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        md.append("")
+        md.append("(no plot: matplotlib is not installed — `pip install 'kvlogdiag[charts]'`)")
+        return md
+    fig, ax = plt.subplots(1, 3, figsize=(13, 3.6))
+    ax[0].plot([sz / MB for sz, _ in scaling], [r.cpu for _, r in scaling], "o-")
+    ax[0].set(xscale="log", yscale="log", xlabel="log size (MB)", ylabel="analyze CPU (s)", title="log size")
+    pts = sorted(shapes, key=lambda x: x["stats_fraction"])
+    ax[1].plot([x["stats_fraction"] * 100 for x in pts], [net_per_mb(x["cpu"], x["size"]) for x in pts], "o")
+    for x in pts:
+        ax[1].annotate(x["shape"], (x["stats_fraction"] * 100, net_per_mb(x["cpu"], x["size"])), fontsize=8)
+    ax[1].set(xlabel="stats lines (% of lines)", ylabel="CPU ms per MB (start-up excluded)", title="stats density")
+    if files:
+        ax[2].plot([n for n, _ in files], [r.wall for _, r in files], "o-", label="wall")
+        ax[2].plot([n for n, _ in files], [r.cpu for _, r in files], "s--", label="CPU")
+        ax[2].legend()
+    ax[2].set(xlabel="small logs", ylabel="scan -j 2 (s)", title="number of files")
+    fig.tight_layout()
+    fig.savefig(PLOT, dpi=90)
+    plt.close(fig)
+    md += ["", f"![cost against log size, stats density and number of files]({os.path.basename(PLOT)})"]
+    return md
 
 
 # --- report ---------------------------------------------------------------------------------------
@@ -397,7 +531,7 @@ def render(rows: list) -> list[list]:
 HEADERS = ["section", "case", "wall s", "CPU s", "peak RSS MB", "figure", "target", "result"]
 
 
-def write_doc(table_md: str, info: dict, notes: list, command: str, started: str, load: tuple) -> None:
+def write_doc(table_md: str, info: dict, notes: list, command: str, started: str, load: tuple, extra: list | None = None) -> None:
     block = [
         "<!-- bench:begin (written by bench/run.py; edit the text outside these markers) -->",
         f"Measured {started} with `{command}` "
@@ -410,6 +544,7 @@ def write_doc(table_md: str, info: dict, notes: list, command: str, started: str
         table_md,
         "",
         *[f"- {n}" for n in notes],
+        *(extra or []),
         "<!-- bench:end -->",
     ]
     text = "\n".join(block)
@@ -444,21 +579,31 @@ def main() -> int:
     reps = 1 if args.quick else 3
     print(f"kvlogdiag benchmark — {KVLOGDIAG}; inputs in {OUT}", flush=True)
     logs = [long_log(s) for s in sizes]
+    shape_size = 20 * MB if args.quick else 200 * MB
+    shapes = [shape_log(name, shape_size) for name in gen.SHAPES]
     arch = archive(n_archive)
+    arch_small = archive(n_archive // 10)
     small = os.path.join(arch["path"], "run00002.log")  # a vLLM 0.13 start-up log (gen._KINDS order)
 
     rows: list = []
     notes: list = []
     print("long log ...", flush=True)
     big = section_long(rows, notes, logs[-1], reps)
+    print("shapes ...", flush=True)
+    shape_res = section_shapes(rows, shapes, reps)
     print("scaling ...", flush=True)
-    section_scaling(rows, logs, big["kv"], reps)
+    scaling = section_scaling(rows, logs, big["kv"], reps)
     print("live pipe ...", flush=True)
     section_watch(rows, logs[1])
     print("archive ...", flush=True)
-    section_scan(rows, arch)
+    scan_res = section_scan(rows, arch)
+    small_scan = run([KVLOGDIAG, "scan", "--no-progress", "--fail-on", "never", "-j", "2", arch_small["path"]], drain=True)
+    print("dask ...", flush=True)
+    section_dask(rows, arch)
     print("start-up ...", flush=True)
-    section_startup(rows, notes, small)
+    base_cpu = section_startup(rows, notes, small)
+    files = [(arch_small["files"], small_scan)] + ([(arch["files"], scan_res[2])] if 2 in scan_res else [])
+    extra = growth(scaling, shape_res, files, base_cpu)
 
     table = render(rows)
     print()
@@ -470,12 +615,16 @@ def main() -> int:
     info = machine()
     sizes_txt = ", ".join(f"{os.path.getsize(log['path']) / MB:,.0f} MB" for log in logs)
     info["inputs"] = (f"long logs of {sizes_txt} (vLLM 0.13 V1, seed 20251129), "
+                      f"{len(shapes)} shapes of {shape_size / MB:,.0f} MB ({', '.join(gen.SHAPES)}; seed 20251201), "
                       f"{arch['files']:,} small start-up logs ({arch['gzip']:,} gzip, seed 77)")
     if not args.no_doc:
         md_table = [[cell.replace("|", "\\|") for cell in row] for row in table]  # a | would split a cell
         write_doc(tabulate(md_table, headers=HEADERS, tablefmt="github", disable_numparse=True), info, notes, command,
-                  started, (load0, os.getloadavg()))
+                  started, (load0, os.getloadavg()), extra)
         print(f"wrote {os.path.relpath(DOC, ROOT)}")
+    if MISMATCHES:
+        print("\n!!! BENCHMARK INVALID: figures differ from the generator's truth:\n  " + "\n  ".join(MISMATCHES), file=sys.stderr)
+        return 2
     return 0 if all(r[-1] in ("PASS", "", "n/a") for r in rows) else 1
 
 

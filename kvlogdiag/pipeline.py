@@ -61,6 +61,8 @@ def prefilter():
     return _PREFILTER
 
 
+_USER_PREFILTERS: dict[tuple[str, ...], Any] = {}  # the user rules' words → their prefilter (`Analyzer.line_prefilter`)
+
 # A hang guard, not a budget: a user regex stuck on one line (catastrophic backtracking) is stopped after
 # this long and reported; generous so that a busy host never trips it on a sane pattern. Counts never
 # depend on how fast the machine is: a pattern either sees every line or its rules report an error.
@@ -205,7 +207,26 @@ class Analyzer:
 
     @property
     def needs_every_line(self) -> bool:
-        return bool(self.rules.line_patterns)
+        """True when a user rule's line regex has no word the prefilter could look for (`kvlogdiag.rules.literals`)."""
+        from kvlogdiag.rules.literals import required_literal
+
+        return any(required_literal(p) is None for p in self.rules.line_patterns)
+
+    def line_prefilter(self):
+        """The reader's prefilter for this rule set: `prefilter`, plus the words the user rules' line regexes
+        cannot match without; None (every line) when one of them has no such word."""
+        patterns = self.rules.line_patterns
+        if not patterns:
+            return prefilter()
+        if self.needs_every_line:
+            return None
+        from kvlogdiag.rules.literals import required_literal
+
+        words = tuple(sorted({required_literal(p) or "" for p in patterns}))
+        got = _USER_PREFILTERS.get(words)
+        if got is None:
+            got = _USER_PREFILTERS[words] = prefilter_regex(COMMAND_KEYWORDS + platform_keywords() + words)
+        return got
 
     def read(self, fh: BinaryIO, source: str, session: "Session | ContainerSessions") -> LineStats:
         """Feed every (candidate) line of ``fh`` into ``session``."""
@@ -218,7 +239,7 @@ class Analyzer:
         if width:  # a paste cut into fixed-width rows: rejoin them (every row must be seen)
             lines = unwrap_lines(iter_lines(fh, source, None, stats), width)
         else:
-            lines = iter_lines(fh, source, None if self.needs_every_line else prefilter(), stats)
+            lines = iter_lines(fh, source, self.line_prefilter(), stats)
         for line in lines:
             session.feed(line)
         return stats

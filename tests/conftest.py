@@ -52,3 +52,17 @@ def analyze_text(write_log):
         return analyze_source(write_log(content, name))
 
     return _analyze
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _toml_cache_in_tmp(tmp_path_factory):
+    """The parsed-TOML cache (kvlogdiag/tomlcache.py) of the tests and their subprocesses: a temporary folder, not ~/.cache."""
+    import os
+
+    old = os.environ.get("KVLOGDIAG_CACHE_DIR")
+    os.environ["KVLOGDIAG_CACHE_DIR"] = str(tmp_path_factory.mktemp("kvlogdiag-cache"))
+    yield
+    if old is None:
+        os.environ.pop("KVLOGDIAG_CACHE_DIR", None)
+    else:
+        os.environ["KVLOGDIAG_CACHE_DIR"] = old

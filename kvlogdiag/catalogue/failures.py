@@ -16,16 +16,10 @@ from __future__ import annotations
 import json
 import math
 import re
-import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
 
 CATALOGUE_FILE = Path(__file__).with_name("failures.toml")
 HARVEST_FILE = Path(__file__).with_name("failures_harvest.json")
@@ -199,8 +193,13 @@ class FailureCatalogue:
 @lru_cache(maxsize=1)
 def catalogue() -> FailureCatalogue:
     """The built-in catalogue (parsed once)."""
+    from kvlogdiag import tomlcache
+
     with open(CATALOGUE_FILE, "rb") as fh:
-        return FailureCatalogue(tomllib.load(fh))
+        text = fh.read().decode("utf-8")
+    data = tomlcache.loads(text, remember=True)
+    tomlcache.flush()
+    return FailureCatalogue(data)
 
 
 def prefilter_keywords() -> tuple[str, ...]:

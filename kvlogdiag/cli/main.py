@@ -14,28 +14,35 @@ import signal
 import sys
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from kvlogdiag import __version__
-from kvlogdiag.cli.analyze import analyze
 from kvlogdiag.cli.common import build_analyzer, err, fail_exit, quiet_stdout, report_rule_errors, rule_options
-from kvlogdiag.cli.estimate import estimate
 from kvlogdiag.cli.exit import ExitCode
-from kvlogdiag.cli.report import report
-from kvlogdiag.cli.rules import explain, patterns, rule_text, rules_cmd, rules_markdown
-from kvlogdiag.cli.scan import scan
-from kvlogdiag.cli.watch import watch
+from kvlogdiag.cli.lazy import LazyCommands
 from kvlogdiag.errors import KvlogdiagError
 from kvlogdiag.render.redact import SafeText
+
+if TYPE_CHECKING:
+    from kvlogdiag.cli.rules import rule_text, rules_markdown  # imported on first use: __getattr__ below
 
 __all__ = ["ExitCode", "build_analyzer", "cli", "err", "fail_exit", "main", "report_rule_errors", "rule_options",
            "rule_text", "rules_markdown"]
 
 
 class KvlogdiagGroup(click.Group):
-    """A click group whose commands return exit codes and whose errors are one line each."""
+    """A click group whose commands return exit codes and whose errors are one line each; a command
+    registered with `lazy_command` is imported only when it runs (or ``--help`` lists it)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands = LazyCommands(self.commands)  # type: ignore[assignment]
+
+    def lazy_command(self, name: str, target: str) -> None:
+        """Register ``target`` (``"module:attribute"``, a click command) as ``name``, imported on first use."""
+        self.commands.add_lazy(name, target)  # type: ignore[attr-defined]
 
     def invoke(self, ctx: click.Context) -> Any:
         # log text in any stdout output (model names, evidence, file names) is shown, never obeyed: OSC
@@ -166,20 +173,29 @@ def cli() -> None:
     """
 
 
-for _cmd in (analyze, watch, scan, report, estimate, rules_cmd, explain, patterns):
-    cli.add_command(_cmd)
+# each command's module is imported only when that command runs (start-up of `analyze`: issue 17);
+# a new command: cli.lazy_command("name", "kvlogdiag.cli.module:function") (cli.add_command works too, eagerly)
+for _name, _target in (("analyze", "analyze:analyze"), ("watch", "watch:watch"), ("scan", "scan:scan"),
+                       ("report", "report:report"), ("estimate", "estimate:estimate"), ("rules", "rules:rules_cmd"),
+                       ("explain", "rules:explain"), ("patterns", "rules:patterns"),
+                       ("deployment", "deployment:deployment"),  # deployment: issue 14
+                       ("diff", "diff:diff"), ("suggest", "suggest:suggest")):  # the tuning loop: issue 15
+    cli.lazy_command(_name, "kvlogdiag.cli." + _target)
 
-from kvlogdiag.cli.deployment import deployment as _deployment  # noqa: E402 - issue 14, kept in one edit
-
-cli.add_command(_deployment)
-
-from kvlogdiag.cli.diff import diff as _diff  # noqa: E402 - issue 15 (tuning loop), kept in one edit
-from kvlogdiag.cli.suggest import suggest as _suggest  # noqa: E402
-
-cli.add_command(_diff)
-cli.add_command(_suggest)
+_LAZY_NAMES = {"analyze": "analyze:analyze", "watch": "watch:watch", "scan": "scan:scan", "report": "report:report",
+               "estimate": "estimate:estimate", "rules_cmd": "rules:rules_cmd", "explain": "rules:explain",
+               "patterns": "rules:patterns", "rule_text": "rules:rule_text", "rules_markdown": "rules:rules_markdown"}
 
 
+def __getattr__(name: str) -> Any:
+    """The names this module imported eagerly before commands became lazy (``from kvlogdiag.cli.main import rules_markdown``)."""
+    target = _LAZY_NAMES.get(name)
+    if target is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    module, attr = target.split(":")
+    return getattr(importlib.import_module("kvlogdiag.cli." + module), attr)
 
 
 def main() -> None:

@@ -25,6 +25,7 @@ from kvlogdiag.fileio import write_atomic
 from kvlogdiag.input.reader import DEFAULT_MAX_BYTES
 from kvlogdiag.modes.deployment import GROUP_BY, deployment_column
 from kvlogdiag.modes.scan import (
+    _URL_LIKE,
     DETAIL_KEY,
     OUTPUT_FORMATS,
     Entry,
@@ -71,17 +72,22 @@ from kvlogdiag.render.redact import escape_controls
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
               help="Also write one self-contained HTML page over the whole archive (charts with the 'charts' extra).")
 @window_options
+@click.option("--engine", type=click.Choice(["local", "dask"]), default="local", show_default=True,
+              help="Where the per-file work runs: local processes, or a Dask cluster (pip install 'kvlogdiag[dask]').")
+@click.option("--scheduler", metavar="ADDRESS", default=None,
+              help="--engine dask: the scheduler to use (tcp://host:8786) [default: a local cluster of -j workers].")
 @rule_options
 @output_options(with_output=False)
 def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, ...], jobs: int | None,
          output: str | None, state_path: str | None, max_bytes: int, fmt_out: str, progress: bool | None,
          group_by: str | None = None, html_path: str | None = None, quiet: bool = False, statistics: bool = False,
-         **kw: Any) -> ExitCode:
+         engine: str = "local", scheduler: str | None = None, **kw: Any) -> ExitCode:
     """Scan an archive of logs (folders, globs, compressed files): one row per server start of each file, summaries, --output.
 
     \b
     kvlogdiag scan /var/log/vllm/ -o runs.parquet
     kvlogdiag scan 'archive/**/*.gz' --state ~/.cache/kvlogdiag-scan.json -j 8
+    kvlogdiag scan s3://bucket/vllm/ --engine dask --scheduler tcp://10.0.0.5:8786
 
     Exit: 0, or 1 when a finding reaches --fail-on; 2 when a path argument does not exist, the
     options are bad, or -o/--state cannot be written (the previous file is then kept). Files that cannot be read are rows with 'error' set, not exit 2.
@@ -121,6 +127,15 @@ def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, .
             if os.path.isdir(target):
                 err(f"{what} {target}: is a folder")
                 return ExitCode.ERROR
+    if scheduler and engine != "dask":
+        err("--scheduler needs --engine dask")
+        return ExitCode.ERROR
+    if engine == "dask":
+        try:
+            import distributed  # noqa: F401
+        except ImportError:
+            err("--engine dask needs dask.distributed: pip install 'kvlogdiag[dask]'")
+            return ExitCode.ERROR
     analyzer = build_analyzer(kw, paths)
     window = install_window(analyzer, kw)
     analyzer.timelines = bool(html_path)
@@ -140,7 +155,16 @@ def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, .
     arg_of: dict[str, str] = {}  # a row's source → the PATH it was found under (--group-by)
     for p in paths:
         seen = len(finder.entries)
-        finder.add_argument(p)
+        if _URL_LIKE.match(p):  # s3://, gs://, az://, https://, file://: kvlogdiag.input.remote (fsspec)
+            from kvlogdiag.input.remote import RemoteError, add_url
+
+            try:
+                add_url(finder, p)
+            except RemoteError as exc:
+                err(str(exc))
+                return ExitCode.ERROR
+        else:
+            finder.add_argument(p)
         arg_of.update((e.source, p) for e in finder.entries[seen:])
     for m in finder.missing:
         err(f"{m}: no such file or directory")
@@ -157,7 +181,12 @@ def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, .
             rows[e.abspath] = [empty_row(e.source, e.error)]
             continue
         if state is not None:
-            e.head = head_hash(e.abspath)
+            if _URL_LIKE.match(e.abspath):
+                from kvlogdiag.input.remote import state_head
+
+                e.head = state_head(e)  # type: ignore[arg-type]
+            else:
+                e.head = head_hash(e.abspath)
             prev = old_files.get(e.abspath)
             if (same_fp and prev and e.head is not None and prev.get("size") == e.size and prev.get("mtime_ns") == e.mtime_ns
                     and prev.get("head") == e.head and isinstance(prev.get("rows"), list)
@@ -205,7 +234,15 @@ def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, .
     rule_errors: list[str] = []
     show = progress if progress is not None else _stderr_tty()
     njobs = jobs or _default_jobs()
-    interrupted = _run(todo, analyzer, max_bytes, njobs, show, rows, remember, rule_errors, checkpoint)
+    try:
+        interrupted = _run(todo, analyzer, max_bytes, njobs, show, rows, remember, rule_errors, checkpoint, engine, scheduler)
+    except Exception as exc:  # noqa: BLE001 - the dask engine: no cluster to run on (nothing was scanned)
+        from kvlogdiag.modes.scan_dask import DaskUnavailable
+
+        if engine != "dask" or not isinstance(exc, DaskUnavailable):
+            raise
+        err(str(exc))
+        return ExitCode.ERROR
 
     if interrupted:
         checkpoint()

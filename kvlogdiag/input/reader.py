@@ -654,6 +654,12 @@ def open_input(source: str, max_bytes: int = DEFAULT_MAX_BYTES) -> BinaryIO:
         raise InputError(f"{name}: permission denied") from None
     except OSError as exc:
         raise InputError(f"{name}: cannot open ({exc.strerror or exc})") from None
+    return open_stream(fh, name, max_bytes)
+
+
+def open_stream(fh: BinaryIO, name: str, max_bytes: int = DEFAULT_MAX_BYTES) -> BinaryIO:
+    """An opened binary stream (with ``peek``; `open_input`'s file or a remote object's reader) as a stream
+    of decompressed bytes; closes ``fh`` and raises `InputError` naming ``name`` when its head cannot be read."""
     try:
         head = fh.peek(8)[:8] if hasattr(fh, "peek") else b""
     except OSError as exc:

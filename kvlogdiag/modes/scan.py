@@ -298,7 +298,12 @@ def envelope_host(path: str, max_bytes: int) -> str | None:
     """The syslog/journald host of the first lines, if the log carries that envelope (cheap: 16 KiB)."""
 
     try:
-        fh = open_input(path, max_bytes)
+        if _URL_LIKE.match(path):
+            from kvlogdiag.input.remote import open_remote
+
+            fh = open_remote(path, max_bytes)
+        else:
+            fh = open_input(path, max_bytes)
     except Exception:  # noqa: BLE001 - best effort
         return None
     try:
@@ -397,7 +402,7 @@ def analyze_file(analyzer, source: str, path: str, max_bytes: int) -> list[dict[
     from kvlogdiag.timeline import WindowEmpty
 
     try:
-        parts = analyzer.analyze_source_split(path, max_bytes)
+        parts = _analyze_path(analyzer, path, max_bytes)
     except WindowEmpty as exc:  # --since/--until: no server start of this file in the window → no row
         return [empty_row(source, "no line timestamps: --since/--until cannot be applied")] if exc.no_times else []
     except InputError as exc:
@@ -427,6 +432,25 @@ def analyze_file(analyzer, source: str, path: str, max_bytes: int) -> list[dict[
             host = host or envelope_host(path, max_bytes)
             row["host"] = host
     return rows
+
+
+def _analyze_path(analyzer, path: str, max_bytes: int) -> list:
+    """``analyzer.analyze_source_split``, for a URL through `kvlogdiag.input.remote` (fsspec)."""
+    if not _URL_LIKE.match(path):
+        return analyzer.analyze_source_split(path, max_bytes)
+    from kvlogdiag.input.remote import open_remote
+
+    fh = open_remote(path, max_bytes)
+    try:
+        return analyzer.analyze_stream_split(fh, path)
+    finally:
+        try:
+            fh.close()
+        except Exception:  # noqa: BLE001 - closing a broken stream must not hide the real error
+            pass
+
+
+_URL_LIKE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 def _work(batch: list[tuple[str, str]]) -> tuple[list[list[dict]], list[str]]:
@@ -715,8 +739,9 @@ def _stderr_tty() -> bool:
 
 
 def _run(todo: list[Entry], analyzer, max_bytes: int, njobs: int, show: bool, rows: dict, remember, rule_errors: list,
-         checkpoint) -> bool:
-    """Analyse ``todo`` (in-process for -j1 or a handful of files, else a process pool). True when interrupted."""
+         checkpoint, engine: str = "local", scheduler: str | None = None) -> bool:
+    """Analyse ``todo`` (in-process for -j1 or a handful of files, else a process pool; ``engine="dask"``:
+    `kvlogdiag.modes.scan_dask`). True when interrupted."""
     import time
 
     bar = None
@@ -745,6 +770,11 @@ def _run(todo: list[Entry], analyzer, max_bytes: int, njobs: int, show: bool, ro
             task = bar.add_task("scan", total=len(todo))
 
     try:
+        if engine == "dask":
+            from kvlogdiag.modes.scan_dask import run_dask
+
+            run_dask(todo, analyzer.options, max_bytes, njobs, scheduler, done, rule_errors, start_bar)
+            return False
         if njobs <= 1 or len(todo) < 16:
             start_bar()
             for e in todo:

@@ -60,7 +60,7 @@ from kvlogdiag.input.incremental import StreamLines
 from kvlogdiag.input.metrics import Scrape
 from kvlogdiag.input.reader import Line
 from kvlogdiag.modes.metrics_poll import MetricsPoller
-from kvlogdiag.pipeline import Analyzer, prefilter
+from kvlogdiag.pipeline import Analyzer
 from kvlogdiag.render.analysis import clean_json, error_lines, fmt_bpt, fmt_gib, fmt_num, metrics_text_lines
 from kvlogdiag.result import Analysis, Finding, InputAnalysis, KVCache, Severity
 from kvlogdiag.rules.engine import RuleLoadError
@@ -400,7 +400,7 @@ class Watcher:
         # the root cause of a failed start is reported the moment its line arrives, not at EOF
         self.session.extractor.startup.listeners.append(self._on_cause)
         self.cause_seen = False
-        self.lines = StreamLines(None if analyzer.needs_every_line else prefilter())
+        self.lines = StreamLines(analyzer.line_prefilter())
         self.echo_tail = b""  # bytes of a partial line not echoed yet
         self.last_input = clock()
         self.position = 0  # the line the analysis has reached

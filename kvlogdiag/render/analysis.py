@@ -13,10 +13,15 @@ import math
 import re
 from typing import Any, Iterable
 
-from tabulate import tabulate
-
 from kvlogdiag import __version__
 from kvlogdiag.result import Analysis, Finding, Severity
+
+
+def tabulate(*args: Any, **kwargs: Any) -> str:
+    """`tabulate.tabulate`, imported on first use (``--format json`` never needs it)."""
+    from tabulate import tabulate as _tabulate
+
+    return _tabulate(*args, **kwargs)
 
 
 def clean_json(obj: Any) -> Any:

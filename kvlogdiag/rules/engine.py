@@ -100,7 +100,7 @@ FUNCTIONS: dict[str, FunctionSpec] = {
 FUNCTION_DOCS: dict[str, str] = {
     "defined(x)": "x is not null",
     "event(name)": "how many lines of a named catalogue event the log has (e.g. `event('hma_auto_off')`)",
-    "any_line(regex)": "some line matches the regex (a user rule's raw-line search: every line is read)",
+    "any_line(regex)": "some line matches the regex (a user rule's raw-line search: the rarest word every match needs joins the reader's prefilter, kvlogdiag/rules/literals.py; without such a word every line is read)",
     "count(regex)": "how many lines match the regex",
     "version_ge(v)": "the logged vLLM version is >= v (null when unknown)",
     "version_lt(v)": "the logged vLLM version is < v (null when unknown)",
@@ -272,12 +272,17 @@ def load_rules(extra_dirs: Iterable[str] = (), include_builtin: bool = True) -> 
                 files.append((str(f), read_regular(str(f), MAX_RULE_FILE_BYTES), False))  # no FIFO, no /dev/zero
             except OSError as exc:
                 raise RuleLoadError(f"{f}: cannot read ({exc.strerror or exc})") from None
-    for name, content, builtin in files:
-        rule = load_rule(name, content, builtin)
-        if rule.code in seen:
-            raise RuleLoadError(f"{name}: rule {rule.code} is already defined in {seen[rule.code]}")
-        seen[rule.code] = name
-        rules.append(rule)
+    from kvlogdiag import tomlcache
+
+    try:
+        for name, content, builtin in files:
+            rule = load_rule(name, content, builtin, cache=True)
+            if rule.code in seen:
+                raise RuleLoadError(f"{name}: rule {rule.code} is already defined in {seen[rule.code]}")
+            seen[rule.code] = name
+            rules.append(rule)
+    finally:
+        tomlcache.flush()
     return RuleSet(rules)
 
 
@@ -303,11 +308,16 @@ def nesting_line(text: str, limit: int = 100) -> int:
     return 1
 
 
-def load_rule(path: str, content: bytes | str, builtin: bool = False) -> Rule:
-    """Parse and validate one rule file."""
+def load_rule(path: str, content: bytes | str, builtin: bool = False, cache: bool = False) -> Rule:
+    """Parse and validate one rule file (``cache``: the parsed TOML through `kvlogdiag.tomlcache`)."""
     text = content.decode("utf-8", "replace") if isinstance(content, bytes) else content
     try:
-        data = tomllib.loads(text)
+        if cache:
+            from kvlogdiag import tomlcache
+
+            data = tomlcache.loads(text, remember=True)
+        else:
+            data = tomllib.loads(text)
     except RecursionError:
         raise RuleLoadError(f"{path}:{nesting_line(text)}: not valid TOML: nested too deeply") from None
     except tomllib.TOMLDecodeError as exc:
