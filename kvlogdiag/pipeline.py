@@ -24,6 +24,7 @@ from kvlogdiag.input.reader import (
     detect_hard_wrap,
     iter_lines,
     open_input,
+    truncation,
     unwrap_lines,
 )
 from kvlogdiag.result import (
@@ -219,7 +220,13 @@ class Analyzer:
         """One `InputAnalysis` per container of ``fh`` (one for a log of one server): see `ContainerSessions`."""
         router = ContainerSessions(self, source)
         stats = self.read(fh, source, router)
-        return router.results(stats.lines, stats.long_lines)
+        results = router.results(stats.lines, stats.long_lines)
+        cut = truncation(fh)  # a cut compressed stream, or --max-bytes: the analysis is of the lines read
+        if cut is not None:
+            for r in results:
+                for a in r.runs:
+                    a.extra["truncated"] = cut
+        return results
 
     def analyze_stream(self, fh: BinaryIO, source: str) -> InputAnalysis:
         """The analysis of ``fh``; of a multi-container log, its first container's (never a merge:

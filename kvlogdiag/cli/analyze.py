@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import click
 
-from kvlogdiag.cli.common import build_analyzer, err, fail_exit, report_rule_errors, rule_options
+from kvlogdiag.cli.common import BYTES, build_analyzer, err, fail_exit, report_rule_errors, rule_options, truncated_exit
 from kvlogdiag.cli.exit import ExitCode
 from kvlogdiag.input.reader import DEFAULT_MAX_BYTES, InputError
 from kvlogdiag.render.analysis import render_json, render_markdown, render_text
@@ -30,7 +30,7 @@ def _check_run(ctx, param, value):
 @click.command()
 @click.argument("inputs", nargs=-1, metavar="[FILE|-]...")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True)
-@click.option("--max-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_BYTES, show_default=True,
+@click.option("--max-bytes", type=BYTES, default=DEFAULT_MAX_BYTES, show_default=True,
               help="Stop reading an input after this many (decompressed) bytes: guards against decompression bombs.")
 @run_option
 @rule_options
@@ -72,4 +72,4 @@ def analyze(inputs: tuple[str, ...], fmt: str, max_bytes: int, run: str | None, 
         click.echo(render_text(shown, opts.min_severity), nl=False)
     if failed or fatal:
         return ExitCode.ERROR
-    return fail_exit(shown, opts.fail_on)
+    return truncated_exit(fail_exit(shown, opts.fail_on), any(a.extra.get("truncated") for r in results for a in r.runs))

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from kvlogdiag import __version__
-from kvlogdiag.cli.common import build_analyzer, err, report_rule_errors, rule_options
+from kvlogdiag.cli.common import BYTES, build_analyzer, err, report_rule_errors, rule_options
 from kvlogdiag.cli.exit import ExitCode
 from kvlogdiag.input.reader import DEFAULT_MAX_BYTES, InputError
 from kvlogdiag.modes.deployment import GROUP_BY, Workload, deployments_from_logs, render_text
@@ -39,7 +39,7 @@ def _split_specs(kw: dict[str, Any], names: set[str], codes: list[str]) -> dict[
               help="How logs are split into deployments: auto (connector peers and model within each PATH), dir (one per PATH), model, all.")
 @click.option("--host-ram-gib", type=click.FloatRange(min=0, min_open=True), default=None,
               help="RAM of each host, GiB: compared with the pinned offload buffers of the ranks on it.")
-@click.option("--max-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_BYTES, show_default=True,
+@click.option("--max-bytes", type=BYTES, default=DEFAULT_MAX_BYTES, show_default=True,
               help="Stop reading a log after this many (decompressed) bytes.")
 @rule_options
 def deployment(paths: tuple[str, ...], fmt: str, avg_output_len: int | None, group_by: str, host_ram_gib: float | None,

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from kvlogdiag.cli.common import build_analyzer, err, fail_exit, report_rule_errors, rule_options
+from kvlogdiag.cli.common import BYTES, build_analyzer, err, fail_exit, report_rule_errors, rule_options, truncated_exit
 from kvlogdiag.cli.exit import ExitCode
 from kvlogdiag.input.reader import DEFAULT_MAX_BYTES, InputError
 from kvlogdiag.modes.report import ReportError, make_report, read_input
@@ -33,7 +33,7 @@ def _check_run(ctx: click.Context, param: click.Parameter, value: str) -> str:
               help="Mask host names, IPs, home-directory user names, API keys, HF tokens and e-mails.")
 @click.option("--run", "run", default="last", show_default=True, metavar="last|first|N|all", callback=_check_run,
               help=RUN_HELP)
-@click.option("--max-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_BYTES, show_default=True,
+@click.option("--max-bytes", type=BYTES, default=DEFAULT_MAX_BYTES, show_default=True,
               help="Stop reading after this many (decompressed) bytes.")
 @click.option("--container", default=None, metavar="NAME",
               help="Of an interleaved multi-container log (docker compose logs), the container to report.")
@@ -72,4 +72,7 @@ def report(source: str | None, clipboard: bool, fmt: str, output: str | None, re
         click.echo(text, nl=False)
     if fatal:
         return ExitCode.ERROR
-    return fail_exit(shown, opts.fail_on)
+    cut = result.current.extra.get("truncated")
+    if cut:
+        click.echo(f"kvlogdiag: {escape_controls(result.source)}: truncated: {cut['message']}", err=True)
+    return truncated_exit(fail_exit(shown, opts.fail_on), bool(cut))

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from kvlogdiag.cli.common import build_analyzer, err, rule_options
+from kvlogdiag.cli.common import BYTES, build_analyzer, err, rule_options
 from kvlogdiag.cli.exit import ExitCode
 from kvlogdiag.input.reader import DEFAULT_MAX_BYTES
 from kvlogdiag.modes.scan import (
@@ -44,7 +44,7 @@ from kvlogdiag.render.redact import escape_controls
               help="Write the rows to FILE: .csv, .parquet, .json, .jsonl or .md by extension.")
 @click.option("--state", "state_path", type=click.Path(dir_okay=False), default=None,
               help="Remember what was scanned in FILE: re-scans read only new or changed files.")
-@click.option("--max-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_BYTES, show_default=True,
+@click.option("--max-bytes", type=BYTES, default=DEFAULT_MAX_BYTES, show_default=True,
               help="Per file: stop after this many decompressed bytes (decompression bombs) → an error row.")
 @click.option("--format", "fmt_out", type=click.Choice(["table", "json", "jsonl", "csv", "markdown"]), default="table",
               show_default=True, help="stdout: summary tables, or every row as JSON / JSON lines / CSV / Markdown.")

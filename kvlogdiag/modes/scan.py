@@ -398,6 +398,8 @@ def analyze_file(analyzer, source: str, path: str, max_bytes: int) -> list[dict[
         for run in a.runs:
             row = row_from_analysis(source, run)
             row["container"] = a.container
+            if run.extra.get("truncated"):  # read in part (a cut archive, --max-bytes): the figures are of the lines read
+                row["error"] = "truncated: " + run.extra["truncated"]["message"]
             rows.append(row)
     host = None
     for row in rows:
