@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 from typing import Any
 
@@ -11,6 +12,7 @@ import click
 from kvlogdiag.cli.common import BYTES, build_analyzer, err, rule_options
 from kvlogdiag.cli.exit import ExitCode
 from kvlogdiag.input.reader import DEFAULT_MAX_BYTES
+from kvlogdiag.modes import scan as scan_mode
 from kvlogdiag.modes.scan import (
     OUTPUT_FORMATS,
     Entry,
@@ -158,12 +160,17 @@ def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, .
     rule_errors: list[str] = []
     show = progress if progress is not None else _stderr_tty()
     njobs = jobs or _default_jobs()
-    interrupted = _run(todo, analyzer, max_bytes, njobs, show, rows, remember, rule_errors, checkpoint)
+    terminated = _on_sigterm_interrupt()
+    try:
+        interrupted = _run(todo, analyzer, max_bytes, njobs, show, rows, remember, rule_errors, checkpoint)
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
     if interrupted:
         checkpoint()
-        err("interrupted; state saved" if state_path else "interrupted")
-        return ExitCode.INTERRUPTED
+        how = "terminated (SIGTERM)" if terminated else "interrupted"
+        err(f"{how}; state saved" if state_path else how)
+        return ExitCode.TERMINATED if terminated else ExitCode.INTERRUPTED
 
     for msg in dict.fromkeys(rule_errors):
         click.echo(f"kvlogdiag: rule error: {escape_controls(msg)}", err=True)
@@ -206,3 +213,15 @@ def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, .
     if opts.strict_rules and rule_errors:
         return ExitCode.ERROR
     return ExitCode(fail_exit_rows(ordered, opts.fail_on))
+
+
+def _on_sigterm_interrupt() -> list[bool]:
+    """SIGTERM ends the scan like Ctrl-C (the checkpoint is written, the workers are ended), exit 143."""
+    seen = scan_mode.STOP_REQUESTED
+    seen.clear()
+
+    def handler(signum, frame):
+        seen.append(True)  # the scan loops stop at their next file or batch
+
+    signal.signal(signal.SIGTERM, handler)
+    return seen

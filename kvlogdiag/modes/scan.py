@@ -364,14 +364,34 @@ def row_from_analysis(source: str, a: Analysis) -> dict[str, Any]:
 # --- workers ---------------------------------------------------------------------------------
 
 _WORKER: dict[str, Any] = {}
+# set by the scan command's SIGTERM handler; the loops below stop at their next safe point (between files
+# or batches), as Ctrl-C does — an exception raised from a signal handler could land in pool or fork code
+STOP_REQUESTED: list[bool] = []
 
 
-def _init_worker(options, max_bytes: int) -> None:
+def _die_with_parent(parent: int) -> None:
+    """Linux: the kernel sends this worker SIGKILL when the scan process dies, however it dies (SIGKILL
+    included), so no worker is left blocked in a pipe write holding the caller's stdout."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        libc.prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
+    except (OSError, AttributeError):  # pragma: no cover - not Linux: the pool's own EOF handling remains
+        return
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def _init_worker(options, max_bytes: int, parent: int | None = None) -> None:
     """Process pool initialiser: one Analyzer per process (rules loaded once)."""
     import signal
 
-
+    if parent is not None and sys.platform.startswith("linux"):
+        _die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # ... and SIGTERM (it checkpoints, then ends the workers)
     _WORKER["analyzer"] = Analyzer(options)
     _WORKER["max_bytes"] = max_bytes
 
@@ -687,6 +707,8 @@ def _run(todo: list[Entry], analyzer, max_bytes: int, njobs: int, show: bool, ro
 
     def done(batch_entries: list[Entry], batch_rows: list[list[dict]]) -> None:
         nonlocal last_cp
+        if STOP_REQUESTED:
+            raise KeyboardInterrupt
         for e, file_rows in zip(batch_entries, batch_rows):
             rows[e.abspath] = file_rows
             remember(e, file_rows)
@@ -735,7 +757,7 @@ def _run_pool(todo, analyzer, max_bytes, njobs, rule_errors, done, start_bar) ->
     except ValueError:  # pragma: no cover - platforms without fork
         ctx = multiprocessing.get_context()
     pool = ProcessPoolExecutor(max_workers=min(njobs, len(batches)), mp_context=ctx,
-                               initializer=_init_worker, initargs=(analyzer.options, max_bytes))
+                               initializer=_init_worker, initargs=(analyzer.options, max_bytes, os.getpid()))
     try:
         futures = {pool.submit(_work, [(e.source, e.abspath) for e in b]): b for b in batches}
         # the workers exist now (fork start: all at the first submit); load pandas for the summary meanwhile
@@ -746,6 +768,8 @@ def _run_pool(todo, analyzer, max_bytes, njobs, rule_errors, done, start_bar) ->
         pending = set(futures)
         while pending:
             finished, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+            if STOP_REQUESTED:
+                raise KeyboardInterrupt
             for fut in finished:
                 b = futures.pop(fut)
                 try:
@@ -757,6 +781,11 @@ def _run_pool(todo, analyzer, max_bytes, njobs, rule_errors, done, start_bar) ->
                 done(b, batch_rows)
     except KeyboardInterrupt:
         pool.shutdown(wait=False, cancel_futures=True)
+        for proc in list((getattr(pool, "_processes", None) or {}).values()):
+            try:  # their batches are lost anyway (not in the checkpoint): do not wait for them at exit
+                proc.kill()
+            except (OSError, AttributeError):
+                pass
         raise
     pool.shutdown(wait=True)
     return False
