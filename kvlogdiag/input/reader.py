@@ -1491,15 +1491,10 @@ def detect_hard_wrap(fh: BinaryIO, name: str = "<input>") -> int | None:
 
 
 def unwrap_lines(lines: Iterator[Line], width: int) -> Iterator[Line]:
-    """Join the rows of a hard-wrapped paste back into lines (numbered by their first row)."""
-    held: Line | None = None
+    """Join the rows of a hard-wrapped paste back into lines (numbered by their first row): `incremental.Unwrapper`."""
+    from kvlogdiag.input.incremental import Unwrapper  # (it imports this module)
+
+    joiner = Unwrapper(width)
     for line in lines:
-        if held is not None and len(held.raw) >= width - WRAP_SLACK and not _LINE_START.match(line.raw):
-            held = Line(held.number, held.text + line.raw, held.rank, held.raw + line.raw, held.meta,
-                        line.unterminated)
-            continue
-        if held is not None:
-            yield held
-        held = line
-    if held is not None:
-        yield held
+        yield from joiner.feed(line)
+    yield from joiner.end()
