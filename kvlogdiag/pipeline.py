@@ -30,6 +30,7 @@ from kvlogdiag.input.reader import (
     detect_hard_wrap,
     iter_lines,
     open_input,
+    truncation,
     unwrap_lines,
 )
 from kvlogdiag.result import (
@@ -270,6 +271,11 @@ class Analyzer:
         results = router.results(stats.lines, stats.long_lines)
         if self.last_feed is not None:
             results = self.last_feed.apply(results)
+        cut = truncation(fh)  # a cut compressed stream, or --max-bytes: the analysis is of the lines read
+        if cut is not None:
+            for r in results:
+                for a in r.runs:
+                    a.extra["truncated"] = cut
         return results
 
     def analyze_stream(self, fh: BinaryIO, source: str) -> InputAnalysis:

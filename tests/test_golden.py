@@ -109,14 +109,16 @@ def test_cli_missing_path_among_two_inputs(runner, tmp_path):
     assert a["kv_cache"]["bytes_per_token"] == pytest.approx(81921.5995989181344, rel=1e-9)
 
 
-def test_cli_truncated_gzip_is_an_input_error(runner, tmp_path):
+def test_cli_truncated_gzip_is_analysed_up_to_the_cut(runner, tmp_path):
+    """A cut archive (issue 18): the lines before the cut, a `truncated` note, exit 4 (was: exit 2, nothing)."""
     data = gzip.compress(("INFO 07-03 14:19:40 [x.py:1] filler line\n" * 20000).encode())
     bad = tmp_path / "cut.log.gz"
     bad.write_bytes(data[: len(data) // 2])
     res = runner.invoke(cli, ["analyze", "--format", "json", str(bad)], catch_exceptions=False)
-    assert res.exit_code == 2
-    assert str(bad) in res.stderr and "truncated" in res.stderr
-    assert json.loads(res.stdout)["analyses"] == []
+    assert res.exit_code == 4
+    assert res.stderr == ""
+    (a,) = json.loads(res.stdout)["analyses"]
+    assert a["truncated"]["reason"] == "cut" and 0 < a["lines_read"] < 20000
 
 
 def test_cli_directory_is_an_input_error(runner, tmp_path):

@@ -51,11 +51,11 @@ pat("server_version", ">=0.16 (logo off)", "vLLM server version",
     [("INFO 11-29 08:40:01 [api_server.py:1501] vLLM server version 0.33.0, serving model Qwen/Qwen3-32B",
       {"version": "0.33.0", "model": "Qwen/Qwen3-32B"})])
 pat("logo_version", ">=0.16 (ASCII logo, 2nd line)", "  version ",
-    r"[\u2580-\u259f][\u2580-\u259f ]*\s{2}version (?P<version>[\w.+-]+)\s*$",
+    r"(?<![\u2580-\u259f ]) *[\u2580-\u259f][\u2580-\u259f ]*\s{2}version (?P<version>[\w.+-]+)\s*$",
     [("INFO 06-13 20:03:12 [api_utils.py:339]  \u2584\u2584 \u2584\u2588 \u2588     \u2588     \u2588 \u2580\u2584\u2580 \u2588  version 0.22.1rc1.dev495+g2ecf7d0eb",
       {"version": "0.22.1rc1.dev495+g2ecf7d0eb"})])
 pat("logo_model", ">=0.16 (ASCII logo, 3rd line)", "  model   ",
-    r"[\u2580-\u259f][\u2580-\u259f ]*\s{2}model\s{3}(?P<model>\S+)\s*$",
+    r"(?<![\u2580-\u259f ]) *[\u2580-\u259f][\u2580-\u259f ]*\s{2}model\s{3}(?P<model>\S+)\s*$",
     [("INFO 06-13 20:03:12 [api_utils.py:339]   \u2588\u2584\u2588\u2580 \u2588     \u2588     \u2588     \u2588  model   Qwen/Qwen2.5-1.5B-Instruct",
       {"model": "Qwen/Qwen2.5-1.5B-Instruct"})])
 pat("args_namespace", "<=0.8.5 (and benchmarks)", "Namespace(",
@@ -114,7 +114,7 @@ pat("llm_model_kwarg", "offline use (the model= argument of a multi-line LLM(...
     r"^\s+model\s*=\s*(?P<q>[\"'])(?P<model>[^\"']+)(?P=q),?\s*$",
     [('    model="facebook/opt-125m",', {"model": "facebook/opt-125m"})])
 pat("user_command", "any (the launch command pasted above a log)", ("vllm serve", "api_server", "vllm.entrypoints", "benchmark_", "vllm-openai"),
-    r"^\s*(?:[-*]\s+)?(?:\w[\w ]{0,30}:\s+)?`?\s*(?:\([\w.-]+\)\s+)?(?:\S*[#$>]\s+)?(?:(?:bash|sh|env)\s+)?(?:(?:export )?\S+=\S+ )*(?P<cmd>(?:(?:nohup|exec|time|sudo(?: -E)?|uv run|uvx|pipx run)\s+)*(?:(?:\S*/)?vllm serve|(?:\S*/)?python3?(?:\.\d+)? -m vllm\.entrypoints\.\S+|(?:\S*/)?python3?(?:\.\d+)? \S*(?:api_server|benchmark_\w+)\.py|docker run .*?vllm-openai\S*)(?:\s.*)?)$",
+    r"^\s*(?:[-*]\s+)?(?:\w[\w ]{0,30}:\s+)?(?:`\s*)?(?:\([\w.-]+\)\s+)?(?:\S*[#$>]\s+)?(?:(?:bash|sh|env)\s+)?(?:(?:export )?[^\s=]+=\S+ )*(?P<cmd>(?:(?:nohup|exec|time|sudo(?: -E)?|uv run|uvx|pipx run)\s+)*(?:(?:\S*/)?vllm serve|(?:\S*/)?python3?(?:\.\d+)? -m vllm\.entrypoints\.\S+|(?:\S*/)?python3?(?:\.\d+)? \S*(?:api_server|benchmark_\w+)\.py|docker run .*?vllm-openai\S*)(?:\s.*)?)$",
     [("$ vllm serve /home/models/Qwen3/Qwen3-4B --max-model-len 4096 --gpu-memory-utilization 0.8",
       {"cmd": "vllm serve /home/models/Qwen3/Qwen3-4B --max-model-len 4096 --gpu-memory-utilization 0.8"}),
      ("(qwen25vl) lzh@host:~/Code$ vllm serve /models/Qwen2.5-VL-72B --tensor-parallel-size 4",
@@ -135,7 +135,7 @@ pat("command_continuation", "any (a launch command continued over several lines 
      "--kv-transfer-config", "--additional-config", "hybrid-kv-cache-manager", "--model ", "--enable-prefix-caching",
      "--enforce-eager", "--prefix-cache-retention-interval", "--enable-chunked-prefill", "partial-prefills",
      "--long-prefill-token-threshold", "--kv-cache-memory", "--num-gpu-blocks-override", "--quantization", "  --", "\t--"),
-    r"^\s*(?P<args>--?[A-Za-z][\w-]*(?:[= ].*?)?)\s*(?P<cont>\\)?\s*$",
+    r"^\s*(?P<args>--?[A-Za-z][\w-]*(?:[= ](?:.*?\S)?)?)\s*(?:(?P<cont>\\)\s*)?$",
     [("    --max-model-len 32768 \\", {"args": "--max-model-len 32768", "cont": "\\"}),
      ("  --gpu-memory-utilization 0.9", {"args": "--gpu-memory-utilization 0.9", "cont": None})])
 pat("vllm_env", "any (env dumps, shell exports, command prefixes)", "VLLM_",
@@ -409,7 +409,7 @@ pat("partial_prefill_errors", "0.7-0.26", ("max_num_partial_prefills > 1", "must
     r"(?P<what>Chunked prefill must be enabled to set max_num_partial_prefills > 1|max_long_partial_prefills=\d+ must be less than or equal to self\.max_num_partial_prefills=\d+|long_prefill_token_threshold \(\d+\) cannot be greater than the max_model_len \(\d+\))",
     [("ValueError: Chunked prefill must be enabled to set max_num_partial_prefills > 1.", {"what": "Chunked prefill must be enabled to set max_num_partial_prefills > 1"})])
 pat("param_reset", "vLLM-Ascend", "Parameter is optimized for incompatible platform",
-    r"Parameter is optimized for incompatible platform\. parameter=(?P<param>\w+), action: (?P<action>.*?)\s*$",
+    r"Parameter is optimized for incompatible platform\. parameter=(?P<param>\w+), action: (?P<action>(?:.*?\S)?)\s*$",
     [("WARNING 08-20 10:10:02 [platform.py:200] Parameter is optimized for incompatible platform. parameter=max_num_partial_prefills, action: resetting to default (1). ",
       {"param": "max_num_partial_prefills", "action": "resetting to default (1)."})])
 pat("batched_tokens_checks", "V1", ("exceeds max_num_seqs * max_model_len", "is smaller than max_model_len", "must be greater than or equal to max_num_seqs"),
@@ -417,7 +417,7 @@ pat("batched_tokens_checks", "V1", ("exceeds max_num_seqs * max_model_len", "is 
     [("WARNING 10-01 10:00:00 [scheduler.py:200] max_num_batched_tokens (65536) exceeds max_num_seqs * max_model_len (32768). This may lead to unexpected behavior.",
       {"tokens": "65536", "what": "exceeds max_num_seqs * max_model_len", "other": "32768"})])
 pat("ascend_additional_config", "vLLM-Ascend", "is set from additional_config with value",
-    r"AscendConfig\.(?P<key>\w+) is set from additional_config with value (?P<value>.*?)\.?\s*$",
+    r"AscendConfig\.(?P<key>\w+) is set from additional_config with value (?P<value>(?:.*?\S)?)\.?\s*$",
     [("INFO 08-20 10:10:02 [ascend_config.py:80] AscendConfig.recompute_scheduler_enable is set from additional_config with value True.",
       {"key": "recompute_scheduler_enable", "value": "True"})])
 
@@ -455,7 +455,7 @@ pat("v0_preemption", "V0", "is preempted by",
     [("WARNING 07-03 15:02:11 scheduler.py:1560] Sequence group 42 is preempted by PreemptionMode.RECOMPUTE mode because there is not enough KV cache space. This can affect the end-to-end performance. Increase gpu_memory_utilization or tensor_parallel_size to provide more KV cache memory. total_num_cumulative_preemption=51",
       {"mode": "PreemptionMode.RECOMPUTE", "total": "51"})])
 pat("stats", "V0 and V1, all", "Avg prompt throughput",
-    r"(?:(?:Engine (?P<engine>\d+)|(?P<aggregated>\d+) Engines Aggregated): )?Avg prompt throughput: (?P<prompt_tps>[\d.]+) tokens/s, Avg generation throughput: (?P<gen_tps>[\d.]+) tokens/s, Running: (?P<running>\d+) reqs, (?:Swapped: (?P<swapped>\d+) reqs, Pending: (?P<pending>\d+) reqs|Waiting: (?P<waiting>\d+) reqs)(?P<rest>.*)$",
+    r"(?:(?:Engine (?P<engine>\d+)|(?<!\d)(?P<aggregated>\d+) Engines Aggregated): )?Avg prompt throughput: (?P<prompt_tps>[\d.]+) tokens/s, Avg generation throughput: (?P<gen_tps>[\d.]+) tokens/s, Running: (?P<running>\d+) reqs, (?:Swapped: (?P<swapped>\d+) reqs, Pending: (?P<pending>\d+) reqs|Waiting: (?P<waiting>\d+) reqs)(?P<rest>.*)$",
     [("(APIServer pid=88) INFO 11-29 09:00:00 [loggers.py:340] Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 512.3 tokens/s, Running: 64 reqs, Waiting: 12 reqs, Preemptions: 3, GPU KV cache usage: 99.1%, Prefix cache hit rate: 35.0%",
       {"engine": "000", "running": "64", "waiting": "12", "rest": ", Preemptions: 3, GPU KV cache usage: 99.1%, Prefix cache hit rate: 35.0%"}),
      ("INFO 11-18 17:11:21 metrics.py:449] Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 0.0 tokens/s, Running: 0 reqs, Swapped: 0 reqs, Pending: 0 reqs, GPU KV cache usage: 0.0%, CPU KV cache usage: 0.0%.",

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import click
 
-from kvlogdiag.cli.common import build_analyzer, err, fail_exit, report_rule_errors, rule_options
+from kvlogdiag.cli.common import BYTES, build_analyzer, err, fail_exit, report_rule_errors, rule_options, truncated_exit
 from kvlogdiag.cli.deployment import deployment_options, run_deployment
 from kvlogdiag.cli.exit import ExitCode
 from kvlogdiag.cli.output import (
@@ -47,7 +47,7 @@ def _check_run(ctx, param, value):
 @click.argument("inputs", nargs=-1, metavar="[FILE|-]...")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", *CI_FORMATS]), default="text", show_default=True,
               help="text, json, markdown; for CI: sarif (code scanning), github (workflow annotations), junit (test report).")
-@click.option("--max-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_BYTES, show_default=True,
+@click.option("--max-bytes", type=BYTES, default=DEFAULT_MAX_BYTES, show_default=True,
               help="Stop reading an input after this many (decompressed) bytes: guards against decompression bombs.")
 @run_option
 @click.option("--deployment", "as_deployment", is_flag=True,
@@ -118,7 +118,8 @@ def analyze(inputs: tuple[str, ...], fmt: str, max_bytes: int, run: str | None, 
         err(str(exc))
         return ExitCode.ERROR
     fatal = report_rule_errors(analyzer)
-    code = ExitCode.ERROR if failed or fatal else fail_exit(shown, opts.fail_on)
+    code = ExitCode.ERROR if failed or fatal else \
+        truncated_exit(fail_exit(shown, opts.fail_on), any(a.extra.get("truncated") for r in results for a in r.runs))
     colour = None
     if statistics or fmt in CI_FORMATS:
         logs = logs_from_analyses(shown, opts.min_severity, unreadable)

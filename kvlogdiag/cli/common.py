@@ -6,6 +6,7 @@ Commands return an `ExitCode`; errors meant for the user are `KvlogdiagError` an
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable, Iterable
 
 import click
@@ -28,6 +29,34 @@ def fail_exit(analyses: list, fail_on: str) -> ExitCode:
     if any(f.severity >= limit for a in analyses for f in a.findings):
         return ExitCode.FINDINGS
     return ExitCode.OK
+
+
+class ByteSize(click.ParamType):
+    """A size in bytes: ``1000000``, ``1e9``, ``512MiB``, ``16GiB``, ``10MB`` (kB/MB/GB/TB are powers of 1000)."""
+
+    name = "SIZE"
+    _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
+              "t": 1000**4, "tb": 1000**4, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+
+    def convert(self, value, param, ctx) -> int:
+        if isinstance(value, int):
+            return value
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?(?:[eE]\d{1,2})?)\s*([A-Za-z]{0,3})\s*", str(value))
+        unit = m and self._UNITS.get(m[2].lower())
+        if not m or unit is None:
+            self.fail(f"{value!r}: not a size (use e.g. 1000000, 1e9, 512MiB, 16GiB)", param, ctx)
+        size = int(float(m[1]) * unit) if ("." in m[1] or "e" in m[1].lower()) else int(m[1]) * unit
+        if size < 1:
+            self.fail(f"{value!r}: must be at least 1 byte", param, ctx)
+        return size
+
+
+BYTES = ByteSize()
+
+
+def truncated_exit(code: ExitCode, truncated: bool) -> ExitCode:
+    """`ExitCode.TRUNCATED` instead of OK/FINDINGS when an input was read only in part (errors win)."""
+    return ExitCode.TRUNCATED if truncated and code in (ExitCode.OK, ExitCode.FINDINGS) else code
 
 
 def err(msg: str) -> None:

@@ -8,7 +8,7 @@ from typing import Any, Callable
 import click
 
 from kvlogdiag import __version__
-from kvlogdiag.cli.common import build_analyzer, err, report_rule_errors, rule_options
+from kvlogdiag.cli.common import BYTES, build_analyzer, err, report_rule_errors, rule_options
 from kvlogdiag.cli.exit import ExitCode
 from kvlogdiag.cli.output import (
     CI_FORMATS,
@@ -131,7 +131,7 @@ def run_deployment(paths: tuple[str, ...], fmt: str, kw: dict[str, Any], avg_out
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", *CI_FORMATS]), default="text", show_default=True,
               help="text, json, markdown; for CI: sarif, github (workflow annotations), junit (one test case per log).")
 @deployment_options
-@click.option("--max-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_BYTES, show_default=True,
+@click.option("--max-bytes", type=BYTES, default=DEFAULT_MAX_BYTES, show_default=True,
               help="Stop reading a log after this many (decompressed) bytes.")
 @rule_options
 @output_options()

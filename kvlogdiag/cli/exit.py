@@ -17,6 +17,7 @@ class ExitCode(IntEnum):
     FINDINGS = 1  # findings at or above --fail-on
     ERROR = 2  # usage error, bad configuration or rules, an input that could not be read, output that could not be written
     INTERNAL_ERROR = 3  # watch: the analysis stopped (a bug, or it fell behind); the log was still passed through whole
+    TRUNCATED = 4  # an input was read only in part (a cut compressed stream, --max-bytes); the output is of the lines read
     INTERRUPTED = 130  # Ctrl-C (SIGINT)
     BROKEN_PIPE = 141  # the reader of stdout went away (SIGPIPE)
     TERMINATED = 143  # SIGTERM (watch prints its summary first)

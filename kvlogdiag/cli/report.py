@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from kvlogdiag.cli.common import build_analyzer, err, fail_exit, report_rule_errors, rule_options
+from kvlogdiag.cli.common import BYTES, build_analyzer, err, fail_exit, report_rule_errors, rule_options, truncated_exit
 from kvlogdiag.cli.deployment import deployment_options, load_deployments
 from kvlogdiag.cli.exit import ExitCode
 from kvlogdiag.cli.output import check_target
@@ -38,7 +38,7 @@ def _check_run(ctx: click.Context, param: click.Parameter, value: str) -> str:
               help="Mask host names, IPs, home-directory user names, API keys, HF tokens and e-mails.")
 @click.option("--run", "run", default="last", show_default=True, metavar="last|first|N|all", callback=_check_run,
               help=RUN_HELP)
-@click.option("--max-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_BYTES, show_default=True,
+@click.option("--max-bytes", type=BYTES, default=DEFAULT_MAX_BYTES, show_default=True,
               help="Stop reading after this many (decompressed) bytes.")
 @click.option("--container", default=None, metavar="NAME",
               help="Of an interleaved multi-container log (docker compose logs), the container to report.")
@@ -105,7 +105,10 @@ def report(sources: tuple[str, ...], clipboard: bool, fmt: str, output: str | No
         click.echo(text, nl=False)
     if fatal:
         return ExitCode.ERROR
-    return fail_exit(shown, opts.fail_on)
+    cut = result.current.extra.get("truncated")
+    if cut:
+        click.echo(f"kvlogdiag: {escape_controls(result.source)}: truncated: {cut['message']}", err=True)
+    return truncated_exit(fail_exit(shown, opts.fail_on), bool(cut))
 
 
 def _write(text: str, output: str | None) -> bool:

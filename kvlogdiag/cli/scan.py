@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 from typing import Any
 
 import click
 
-from kvlogdiag.cli.common import build_analyzer, err, rule_options
+from kvlogdiag.cli.common import BYTES, build_analyzer, err, rule_options
 from kvlogdiag.cli.exit import ExitCode
 from kvlogdiag.cli.output import (
     CI_FORMATS,
@@ -23,6 +24,7 @@ from kvlogdiag.cli.output import (
 from kvlogdiag.cli.timewindow import install_window, window_options
 from kvlogdiag.fileio import write_atomic
 from kvlogdiag.input.reader import DEFAULT_MAX_BYTES
+from kvlogdiag.modes import scan as scan_mode
 from kvlogdiag.modes.deployment import GROUP_BY, deployment_column
 from kvlogdiag.modes.scan import (
     _URL_LIKE,
@@ -61,7 +63,7 @@ from kvlogdiag.render.redact import escape_controls
                    "with --format sarif|github|junit: that document instead of stdout.")
 @click.option("--state", "state_path", type=click.Path(dir_okay=False), default=None,
               help="Remember what was scanned in FILE: re-scans read only new or changed files.")
-@click.option("--max-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_BYTES, show_default=True,
+@click.option("--max-bytes", type=BYTES, default=DEFAULT_MAX_BYTES, show_default=True,
               help="Per file: stop after this many decompressed bytes (decompression bombs) → an error row.")
 @click.option("--format", "fmt_out", type=click.Choice(["table", "json", "jsonl", "csv", "markdown", *CI_FORMATS]), default="table",
               show_default=True, help="stdout: summary tables, or every row as JSON / JSON lines / CSV / Markdown; for CI: "
@@ -234,6 +236,7 @@ def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, .
     rule_errors: list[str] = []
     show = progress if progress is not None else _stderr_tty()
     njobs = jobs or _default_jobs()
+    terminated = _on_sigterm_interrupt()
     try:
         interrupted = _run(todo, analyzer, max_bytes, njobs, show, rows, remember, rule_errors, checkpoint, engine, scheduler)
     except Exception as exc:  # noqa: BLE001 - the dask engine: no cluster to run on (nothing was scanned)
@@ -243,11 +246,14 @@ def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, .
             raise
         err(str(exc))
         return ExitCode.ERROR
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
     if interrupted:
         checkpoint()
-        err("interrupted; state saved" if state_path else "interrupted")
-        return ExitCode.INTERRUPTED
+        how = "terminated (SIGTERM)" if terminated else "interrupted"
+        err(f"{how}; state saved" if state_path else how)
+        return ExitCode.TERMINATED if terminated else ExitCode.INTERRUPTED
 
     for msg in dict.fromkeys(rule_errors):
         click.echo(f"kvlogdiag: rule error: {escape_controls(msg)}", err=True)
@@ -324,3 +330,15 @@ def _cached_details(prev: dict) -> bool:
 
     ds = prev.get("details")
     return isinstance(ds, list) and len(ds) == len(prev["rows"]) and all(valid_detail(d) for d in ds)
+
+
+def _on_sigterm_interrupt() -> list[bool]:
+    """SIGTERM ends the scan like Ctrl-C (the checkpoint is written, the workers are ended), exit 143."""
+    seen = scan_mode.STOP_REQUESTED
+    seen.clear()
+
+    def handler(signum, frame):
+        seen.append(True)  # the scan loops stop at their next file or batch
+
+    signal.signal(signal.SIGTERM, handler)
+    return seen

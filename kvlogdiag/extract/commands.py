@@ -216,7 +216,7 @@ _SHELL_WORD = re.compile(
     r"|nohup|exec|time|sudo|env|nice|stdbuf|numactl|taskset|srun|salloc|mpirun|mpiexec|torchrun|ray|uv|uvx|pipx"
     r"|conda|poetry|pdm|hatch|bash|sh|zsh|apptainer|singularity|docker|podman|nerdctl|kubectl|ssh|screen|tmux"
     r"|python\d?(?:\.\d+)?|\S*/python\d?(?:\.\d+)?|run|job|submit|container"
-    r"|-\S*|\S*[/=:@]\S*|\d\S*|[\"'`]\S*")
+    r"|-\S*|[^\s/=:@]*[/=:@]\S*|\d\S*|[\"'`]\S*")
 # launchers: after one of them (and its options, whatever they are) the command follows
 _LAUNCHERS = {"docker", "podman", "nerdctl", "apptainer", "singularity", "srun", "salloc", "sbatch", "mpirun", "mpiexec",
               "kubectl", "ssh"}

@@ -47,7 +47,7 @@ _EXC = re.compile(r"^(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|
                   r"(?::\s*(?P<msg>.*)|\((?P<repr>[\"'].*[\"'])\))?$")
 # a traceback pasted on one line (newlines lost): its last qualified exception starts the error
 _INLINE_EXC = re.compile(r"\s((?:[a-z_][a-z0-9_]*\.)+[A-Z]\w*(?:Error|Exception)\w*: )")
-_VALIDATION = re.compile(r"(?P<count>\d+) validation errors? for (?P<config>\w+)")
+_VALIDATION = re.compile(r"(?<!\d)(?P<count>\d+) validation errors? for (?P<config>\w+)")
 _PYDANTIC_ITEM = re.compile(r"^(?:Value error, (?P<value_error>.*)|(?P<item>.*\[type=[\w.]+.*))$")
 _PID = re.compile(r"\((?P<name>[^()]*?) pid=(?P<pid>\d+)")
 _STARTED = ("Application startup complete", "Uvicorn running on")

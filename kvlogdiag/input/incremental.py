@@ -138,20 +138,42 @@ class Unwrapper:
 
     def __init__(self, width: int):
         self.width = width
-        self.held: Line | None = None
+        self.held: Line | None = None  # the first row of the line being rejoined
+        # the rows joined onto it, joined once when the line is released: adding each row to a growing
+        # string was quadratic (a 4 MB hard-wrapped base64 dump took 31 s); past MAX_LINE_BYTES the
+        # rows are still consumed as part of the line but not kept, as the reader cuts a long line
+        self._rows: list[str] = []
+        self._size = 0
+        self._unterminated = False
 
     def feed(self, line: Line) -> list[Line]:
         held = self.held
-        if held is not None and len(held.raw) >= self.width - WRAP_SLACK and not _LINE_START.match(line.raw):
-            self.held = Line(held.number, held.text + line.raw, held.rank, held.raw + line.raw, held.meta,
-                             line.unterminated)
+        if held is not None and (self._rows or len(held.raw) >= self.width - WRAP_SLACK) and not _LINE_START.match(line.raw):
+            if self._size < MAX_LINE_BYTES:
+                self._rows.append(line.raw[: MAX_LINE_BYTES - self._size])
+                self._size += len(self._rows[-1])
+            elif not self._rows:  # pragma: no cover - a first row of MAX_LINE_BYTES: keep the join marker
+                self._rows.append("")
+            self._unterminated = line.unterminated
             return []
-        self.held = line
-        return [held] if held is not None else []
+        out = self._release()
+        self.held, self._size = line, len(line.raw)
+        return out
 
     def end(self) -> list[Line]:
-        held, self.held = self.held, None
-        return [held] if held is not None else []
+        out = self._release()
+        self.held = None
+        return out
+
+    def _release(self) -> list[Line]:
+        held = self.held
+        if held is None:
+            return []
+        if self._rows:
+            joined = "".join(self._rows)
+            held = Line(held.number, held.text + joined, held.rank, held.raw + joined, held.meta, self._unterminated)
+            self._rows, self._unterminated = [], False
+        return [held]
 
 
 class StreamLines:

@@ -36,6 +36,7 @@ import signal
 import stat
 import struct
 import sys
+import weakref
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Iterator
 
@@ -451,20 +452,63 @@ def make_line(number: int, data: bytes, envs: "Envelopes | None" = None) -> Line
 # --- opening -------------------------------------------------------------------------------
 
 
-class _CappedReader(io.RawIOBase):
-    """Stop a decompression bomb: raise once more than ``limit`` bytes were produced."""
+class Truncation:
+    """Why an input was read only in part (None while it is read whole): filled in by `_CappedReader`."""
 
-    def __init__(self, inner: BinaryIO, limit: int, name: str):
-        self._inner, self._left, self._name = inner, limit, name
+    __slots__ = ("reason", "message", "bytes_read")
+
+    def __init__(self) -> None:
+        self.reason: str | None = None  # "cut" (a compressed stream ends early) or "max_bytes"
+        self.message = ""
+        self.bytes_read = 0
+
+    def to_json(self) -> dict[str, Any] | None:
+        if self.reason is None:
+            return None
+        return {"reason": self.reason, "message": self.message, "bytes_read": self.bytes_read}
+
+
+_TRUNCATIONS: "weakref.WeakKeyDictionary[Any, Truncation]" = weakref.WeakKeyDictionary()
+
+
+def truncation(fh: BinaryIO) -> dict[str, Any] | None:
+    """The ``truncated`` note of a stream `open_input` returned, once it has been read: None when whole."""
+    t = _TRUNCATIONS.get(fh)
+    return t.to_json() if t is not None else None
+
+
+class _CappedReader(io.RawIOBase):
+    """Stop reading after ``limit`` bytes (a decompression bomb, ``--max-bytes``), and end a compressed
+    stream that is cut mid-way (a log still being written) where it ends: both are recorded in ``note``
+    and read as the end of the input, so every line read is analysed."""
+
+    def __init__(self, inner: BinaryIO, limit: int, name: str, note: Truncation, compressed: bool):
+        self._inner, self._left, self._limit, self._name = inner, limit, limit, name
+        self._note, self._compressed = note, compressed
+        # read1: one decompression step per call, so what was decompressed before a cut is never lost
+        self._read = getattr(inner, "read1", inner.read)
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buf) -> int:
-        data = self._inner.read(len(buf))
+        if self._note.reason is not None:
+            return 0
+        try:
+            data = self._read(min(len(buf), self._left + 1))
+        except EOFError:
+            self._note.reason = "cut"
+            self._note.message = (f"the compressed stream ends early (truncated after {self._note.bytes_read:,} "
+                                  "decompressed bytes): the analysis covers the lines before the cut")
+            return 0
         if len(data) > self._left:
-            raise InputError(f"{self._name}: more than the decompressed-size cap (--max-bytes); stopped")
+            data = data[: self._left]
+            self._note.reason = "max_bytes"
+            what = "decompressed bytes" if self._compressed else "bytes"
+            self._note.message = (f"stopped after {self._limit:,} {what} (--max-bytes): "
+                                  "the analysis covers the lines read before that")
         self._left -= len(data)
+        self._note.bytes_read += len(data)
         buf[: len(data)] = data
         return len(data)
 
@@ -476,36 +520,45 @@ class _CappedReader(io.RawIOBase):
 
 
 class _ZstdReader(io.RawIOBase):
-    """zstd frames one after another; EOFError when the input ends inside a frame.
+    """zstd frames one after another, streamed; EOFError when the input ends inside a frame.
 
-    (zstandard's ``stream_reader`` returns a truncated stream as a shorter one, silently.)"""
+    (zstandard's ``stream_reader`` returns a truncated stream as a shorter one, silently.) Its
+    ``decompressobj`` has no output limit, so the compressed input is fed in slices of `ZSTD_FEED_BYTES`:
+    one slice decompresses to at most ~8 MiB (an RLE block of 4 bytes is 128 KiB), whatever the file
+    holds, and no more is fed until that output was read — a small zstd bomb never sits whole in memory."""
+
+    ZSTD_FEED_BYTES = 256
 
     def __init__(self, fh: BinaryIO, zstandard):
         self._fh, self._z = fh, zstandard
         self._dobj = zstandard.ZstdDecompressor().decompressobj()
-        self._buf = b""
+        self._buf, self._pos = b"", 0  # decompressed, not yet read
+        self._input, self._ipos = b"", 0  # compressed, not yet fed
         self._fed = False  # bytes went into the current frame
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buf) -> int:
-        while not self._buf:
-            data = self._fh.read(CHUNK_BYTES)
-            if not data:
-                if self._fed and not self._dobj.eof:
-                    raise EOFError("zstd frame ends early")
-                return 0
-            while data:
-                if self._dobj.eof:  # the next frame of a multi-frame file
-                    self._dobj = self._z.ZstdDecompressor().decompressobj()
-                    self._fed = False
-                self._buf += self._dobj.decompress(data)
-                self._fed = True
-                data = self._dobj.unused_data if self._dobj.eof else b""
-        n = min(len(buf), len(self._buf))
-        buf[:n] = self._buf[:n]
-        self._buf = self._buf[n:]
+        while self._pos >= len(self._buf):
+            if self._ipos >= len(self._input):
+                self._input, self._ipos = self._fh.read(CHUNK_BYTES), 0
+                if not self._input:
+                    if self._fed and not self._dobj.eof:
+                        raise EOFError("zstd frame ends early")
+                    return 0
+            if self._dobj.eof:  # the next frame of a multi-frame file
+                self._dobj = self._z.ZstdDecompressor().decompressobj()
+                self._fed = False
+            piece = self._input[self._ipos:self._ipos + self.ZSTD_FEED_BYTES]
+            self._ipos += len(piece)
+            self._buf, self._pos = self._dobj.decompress(piece), 0
+            self._fed = True
+            if self._dobj.eof and self._dobj.unused_data:  # a frame ended inside the slice: the rest is the next one's
+                self._ipos -= len(self._dobj.unused_data)
+        n = min(len(buf), len(self._buf) - self._pos)
+        buf[:n] = self._buf[self._pos:self._pos + n]
+        self._pos += n
         return n
 
     def close(self) -> None:
@@ -666,8 +719,14 @@ def open_stream(fh: BinaryIO, name: str, max_bytes: int = DEFAULT_MAX_BYTES) -> 
         fh.close()
         raise InputError(f"{name}: cannot read ({exc.strerror or exc})") from None
     kind = detect_compression(head)
+    note = Truncation()
     if kind is None:
-        return _text_stream(fh, name)
+        if 0 <= _file_size(fh) <= max_bytes:
+            out = _text_stream(fh, name)  # a regular file within the cap: read as it is (the parallel reader)
+        else:  # a pipe, or a file larger than the cap: read up to the cap
+            out = _text_stream(io.BufferedReader(_CappedReader(fh, max_bytes, name, note, False), CHUNK_BYTES), name)  # type: ignore[arg-type]
+        _TRUNCATIONS[out] = note
+        return out
     if kind == "gzip":
         inner: BinaryIO = gzip.GzipFile(fileobj=fh, mode="rb")  # type: ignore[assignment]
     elif kind == "bz2":
@@ -681,8 +740,10 @@ def open_stream(fh: BinaryIO, name: str, max_bytes: int = DEFAULT_MAX_BYTES) -> 
             fh.close()
             raise InputError(f"{name}: zstd-compressed, but the zstandard package is missing") from None
         inner = _ZstdReader(fh, zstandard)  # type: ignore[assignment]
-    capped = io.BufferedReader(_CappedReader(inner, max_bytes, name), CHUNK_BYTES)  # type: ignore[arg-type]
-    return io.BufferedReader(_SniffedText(capped), CHUNK_BYTES)  # type: ignore[arg-type]
+    capped = io.BufferedReader(_CappedReader(inner, max_bytes, name, note, True), CHUNK_BYTES)  # type: ignore[arg-type]
+    out = io.BufferedReader(_SniffedText(capped), CHUNK_BYTES)  # type: ignore[arg-type]
+    _TRUNCATIONS[out] = note
+    return out
 
 
 def _read_error(name: str, exc: BaseException) -> InputError:
@@ -1436,15 +1497,10 @@ def detect_hard_wrap(fh: BinaryIO, name: str = "<input>") -> int | None:
 
 
 def unwrap_lines(lines: Iterator[Line], width: int) -> Iterator[Line]:
-    """Join the rows of a hard-wrapped paste back into lines (numbered by their first row)."""
-    held: Line | None = None
+    """Join the rows of a hard-wrapped paste back into lines (numbered by their first row): `incremental.Unwrapper`."""
+    from kvlogdiag.input.incremental import Unwrapper  # (it imports this module)
+
+    joiner = Unwrapper(width)
     for line in lines:
-        if held is not None and len(held.raw) >= width - WRAP_SLACK and not _LINE_START.match(line.raw):
-            held = Line(held.number, held.text + line.raw, held.rank, held.raw + line.raw, held.meta,
-                        line.unterminated)
-            continue
-        if held is not None:
-            yield held
-        held = line
-    if held is not None:
-        yield held
+        yield from joiner.feed(line)
+    yield from joiner.end()

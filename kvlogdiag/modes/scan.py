@@ -382,14 +382,34 @@ def row_columns(rows: list[dict]) -> tuple[str, ...]:
 # --- workers ---------------------------------------------------------------------------------
 
 _WORKER: dict[str, Any] = {}
+# set by the scan command's SIGTERM handler; the loops below stop at their next safe point (between files
+# or batches), as Ctrl-C does — an exception raised from a signal handler could land in pool or fork code
+STOP_REQUESTED: list[bool] = []
 
 
-def _init_worker(options, max_bytes: int, window=None, timelines: bool = False) -> None:
+def _die_with_parent(parent: int) -> None:
+    """Linux: the kernel sends this worker SIGKILL when the scan process dies, however it dies (SIGKILL
+    included), so no worker is left blocked in a pipe write holding the caller's stdout."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        libc.prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
+    except (OSError, AttributeError):  # pragma: no cover - not Linux: the pool's own EOF handling remains
+        return
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def _init_worker(options, max_bytes: int, window=None, timelines: bool = False, parent: int | None = None) -> None:
     """Process pool initialiser: one Analyzer per process (rules loaded once)."""
     import signal
 
-
+    if parent is not None and sys.platform.startswith("linux"):
+        _die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # ... and SIGTERM (it checkpoints, then ends the workers)
     _WORKER["analyzer"] = Analyzer(options)
     _WORKER["analyzer"].window, _WORKER["analyzer"].timelines = window, timelines  # --since/--until, --html
     _WORKER["max_bytes"] = max_bytes
@@ -425,6 +445,8 @@ def analyze_file(analyzer, source: str, path: str, max_bytes: int) -> list[dict[
                 from kvlogdiag.modes.archive_report import run_detail
 
                 row[DETAIL_KEY] = run_detail(run, analyzer.last_feed)
+            if run.extra.get("truncated"):  # read in part (a cut archive, --max-bytes): the figures are of the lines read
+                row["error"] = "truncated: " + run.extra["truncated"]["message"]
             rows.append(row)
     host = None
     for row in rows:
@@ -750,6 +772,8 @@ def _run(todo: list[Entry], analyzer, max_bytes: int, njobs: int, show: bool, ro
 
     def done(batch_entries: list[Entry], batch_rows: list[list[dict]]) -> None:
         nonlocal last_cp
+        if STOP_REQUESTED:
+            raise KeyboardInterrupt
         for e, file_rows in zip(batch_entries, batch_rows):
             rows[e.abspath] = file_rows
             remember(e, file_rows)
@@ -803,7 +827,8 @@ def _run_pool(todo, analyzer, max_bytes, njobs, rule_errors, done, start_bar) ->
     except ValueError:  # pragma: no cover - platforms without fork
         ctx = multiprocessing.get_context()
     pool = ProcessPoolExecutor(max_workers=min(njobs, len(batches)), mp_context=ctx,
-                               initializer=_init_worker, initargs=(analyzer.options, max_bytes, analyzer.window, analyzer.timelines))
+                               initializer=_init_worker, initargs=(analyzer.options, max_bytes, analyzer.window, analyzer.timelines,
+                                                                   os.getpid()))
     try:
         futures = {pool.submit(_work, [(e.source, e.abspath) for e in b]): b for b in batches}
         # the workers exist now (fork start: all at the first submit); load pandas for the summary meanwhile
@@ -814,6 +839,8 @@ def _run_pool(todo, analyzer, max_bytes, njobs, rule_errors, done, start_bar) ->
         pending = set(futures)
         while pending:
             finished, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+            if STOP_REQUESTED:
+                raise KeyboardInterrupt
             for fut in finished:
                 b = futures.pop(fut)
                 try:
@@ -825,6 +852,11 @@ def _run_pool(todo, analyzer, max_bytes, njobs, rule_errors, done, start_bar) ->
                 done(b, batch_rows)
     except KeyboardInterrupt:
         pool.shutdown(wait=False, cancel_futures=True)
+        for proc in list((getattr(pool, "_processes", None) or {}).values()):
+            try:  # their batches are lost anyway (not in the checkpoint): do not wait for them at exit
+                proc.kill()
+            except (OSError, AttributeError):
+                pass
         raise
     pool.shutdown(wait=True)
     return False

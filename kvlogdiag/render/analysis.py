@@ -155,6 +155,8 @@ def render_text(analyses: list[Analysis], min_severity: str = "info", errors: It
         rl = run_label(a)
         where = f"{a.source} [container {a.container}]" if a.container else a.source
         out.append(f"== {where}  ({a.lines_read:,} lines{'; ' + rl if rl else ''})")
+        if a.extra.get("truncated"):
+            out.append(f"truncated: {a.extra['truncated']['message']}")
         out.append(tabulate(identity_rows(a), tablefmt="plain"))
         kv = a.kv_cache
         out.append("")
