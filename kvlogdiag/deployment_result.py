@@ -16,6 +16,9 @@ from typing import Any
 
 from kvlogdiag.result import Severity
 
+# how logs are split into deployments (`--group-by`): modes/deployment.py groups, the CLI offers the choice
+GROUP_BY = ("auto", "dir", "model", "all")
+
 
 @dataclass
 class OffloadBuffer:

@@ -9,7 +9,7 @@ from typing import Any, Callable
 import click
 
 from kvlogdiag.cli.common import BYTES, build_analyzer, err, fail_exit, report_rule_errors, rule_options, truncated_exit
-from kvlogdiag.cli.deployment import deployment_options, run_deployment
+from kvlogdiag.cli.deployment_options import deployment_options
 from kvlogdiag.cli.exit import ExitCode
 from kvlogdiag.cli.output import (
     CI_FORMATS,
@@ -76,6 +76,8 @@ def analyze(inputs: tuple[str, ...], fmt: str, max_bytes: int, run: str | None, 
         if not inputs or "-" in inputs:
             err("--deployment needs the logs' paths (files, folders or globs), not stdin")
             return ExitCode.ERROR
+        from kvlogdiag.cli.deployment import run_deployment
+
         return run_deployment(inputs, fmt, kw, avg_output_len, group_by, host_ram_gib, max_bytes, output, quiet, statistics)
     given = [name for name, v in (("--avg-output-len", avg_output_len), ("--group-by", group_by),
                                   ("--host-ram-gib", host_ram_gib)) if v is not None]

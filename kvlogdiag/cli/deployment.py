@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from typing import Any
 
 import click
 
 from kvlogdiag import __version__
 from kvlogdiag.cli.common import BYTES, build_analyzer, err, report_rule_errors, rule_options
+from kvlogdiag.cli.deployment_options import deployment_options  # noqa: F401 - re-exported
 from kvlogdiag.cli.exit import ExitCode
 from kvlogdiag.cli.output import (
     CI_FORMATS,
@@ -22,7 +23,7 @@ from kvlogdiag.cli.output import (
 )
 from kvlogdiag.deployment_result import Deployment
 from kvlogdiag.input.reader import DEFAULT_MAX_BYTES, InputError
-from kvlogdiag.modes.deployment import GROUP_BY, Workload, deployments_from_logs, render_text
+from kvlogdiag.modes.deployment import Workload, deployments_from_logs, render_text
 from kvlogdiag.render.ci import logs_from_deployments, rule_info
 from kvlogdiag.render.colour import style_text
 from kvlogdiag.result import Severity
@@ -41,22 +42,6 @@ def _split_specs(kw: dict[str, Any], names: set[str], codes: list[str]) -> dict[
         mine[key] = dep
         kw[key] = tuple(s for s in specs if s not in dep)
     return mine
-
-
-def deployment_options(func: Callable) -> Callable:
-    """The options ``deployment`` and ``analyze --deployment`` share (besides the rule options)."""
-    for opt in reversed((
-        click.option("--avg-output-len", type=click.IntRange(min=1), default=None,
-                     help="Average output length in tokens (with --avg-prompt-len: the D/P capacity figures; "
-                          "without both, inferred from the stats lines where they allow it)."),
-        click.option("--group-by", type=click.Choice(GROUP_BY), default=None,
-                     help="How logs are split into deployments: auto (connector peers and model within each PATH; "
-                          "the default), dir (one per PATH), model, all."),
-        click.option("--host-ram-gib", type=click.FloatRange(min=0, min_open=True), default=None,
-                     help="RAM of each host, GiB: compared with the pinned offload buffers of the ranks on it."),
-    )):
-        func = opt(func)
-    return func
 
 
 def load_deployments(paths: tuple[str, ...], kw: dict[str, Any], avg_output_len: int | None, group_by: str | None,

@@ -22,10 +22,11 @@ from kvlogdiag.cli.output import (
     statistics_text,
 )
 from kvlogdiag.cli.timewindow import install_window, window_options
+from kvlogdiag.deployment_result import GROUP_BY
 from kvlogdiag.fileio import write_atomic
 from kvlogdiag.input.reader import DEFAULT_MAX_BYTES
 from kvlogdiag.modes import scan as scan_mode
-from kvlogdiag.modes.deployment import GROUP_BY, deployment_column
+from kvlogdiag.modes.deployment import deployment_column
 from kvlogdiag.modes.scan import (
     _URL_LIKE,
     DETAIL_KEY,

@@ -9,8 +9,6 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
-from tabulate import tabulate
-
 from kvlogdiag.rules.context import Options
 from kvlogdiag.rules.engine import RuleSet
 
@@ -47,6 +45,8 @@ def render_settings(opts: Options, sources: dict[str, str], rules: RuleSet, sele
         for name, value in sorted(values.items()):
             rows.append([f"params.{code}.{name}", _value(value), sources.get(f"params.{code}.{name}", "config file")])
     codes = [r.code for r in selected.rules]
+    from tabulate import tabulate
+
     out = tabulate(rows, headers=["setting", "value", "from"], tablefmt="simple", disable_numparse=True)
     out += f"\n\nrules selected: {len(codes):,} of {len(rules.rules):,}: {', '.join(codes) or 'none'}\n"
     return out

@@ -97,7 +97,8 @@ def _localize(naive: datetime, tz: tzinfo | None) -> datetime:
     return naive.replace(tzinfo=tz)
 
 
-_RELATIVE_PART = re.compile(r"(\d+(?:\.\d+)?)(s|secs?|m|mins?|h|hrs?|hours?|d|days?|w|weeks?)", re.I)
+# (?<![\d.]): a number starts only where no digit precedes it, so a long digit run is tried once (linear)
+_RELATIVE_PART = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)(s|secs?|m|mins?|h|hrs?|hours?|d|days?|w|weeks?)", re.I)
 _RELATIVE = re.compile(r"(?:" + _RELATIVE_PART.pattern + r")+", re.I)
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 

@@ -36,7 +36,7 @@ from kvlogdiag.rules.deployment_rules import (
 )
 
 GIB = 1 << 30
-GROUP_BY = ("auto", "dir", "model", "all")
+
 # KVTransferConfig's default (vllm 0.23.0 vllm/config/kv_transfer.py:57): every deployment that does not set it shares it
 DEFAULT_KV_PORT = 14579
 MOONCAKE = ("MooncakeConnectorV1", "MooncakeHybridConnector", "MooncakeLayerwiseConnector", "MooncakeConnector")
