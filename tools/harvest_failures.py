@@ -186,6 +186,27 @@ def harvest_source(src: bytes) -> Iterator[tuple[str, str]]:
         yield name, t
 
 
+def add_message(msgs: dict[tuple[str, str, str], dict], pkg: str, ver: str, name: str, exc: str, t: str) -> None:
+    """One harvested message of one release into ``msgs``: its first and last version, the newest file."""
+    e = msgs.get((pkg, t, exc))
+    if e is None:
+        msgs[(pkg, t, exc)] = {"t": t, "e": exc, "f": name, "p": pkg, "first": ver, "last": ver}
+        return
+    if version_key(ver) < version_key(e["first"]):
+        e["first"] = ver
+    if version_key(ver) >= version_key(e["last"]):
+        e["last"], e["f"] = ver, name
+
+
+def write_harvest(data: dict, path: Path) -> None:
+    """``data`` to ``path`` (through a temporary file, so a failed run keeps the previous table)."""
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        dump(data, fh)
+    os.replace(tmp, path)
+    print(f"{len(data['messages'])} messages from {data['versions']}", file=sys.stderr)
+
+
 def harvest(paths: list[Path]) -> dict:
     releases: list[Path] = []
     for p in paths:
@@ -207,15 +228,7 @@ def harvest(paths: list[Path]) -> dict:
             if not _STARTUP.match(name) or "/tests/" in name:
                 continue
             for exc, t in harvest_source(src):
-                key = (pkg_, t, exc)
-                e = msgs.get(key)
-                if e is None:
-                    msgs[key] = {"t": t, "e": exc, "f": name, "p": pkg_, "first": ver, "last": ver}
-                else:
-                    if version_key(ver) < version_key(e["first"]):
-                        e["first"] = ver
-                    if version_key(ver) >= version_key(e["last"]):
-                        e["last"], e["f"] = ver, name
+                add_message(msgs, pkg_, ver, name, exc, t)
         print(f"{pkg} {m['ver']}: {len(msgs)} messages so far", file=sys.stderr)
     for k in versions:
         versions[k].sort(key=version_key)
@@ -234,12 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("paths", nargs="+", type=Path, help="release files or directories holding them")
     ap.add_argument("-o", "--output", type=Path, default=Path("kvlogdiag/catalogue/failures_harvest.json"))
     a = ap.parse_args(argv)
-    data = harvest(a.paths)
-    tmp = a.output.with_suffix(".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        dump(data, fh)
-    os.replace(tmp, a.output)
-    print(f"{len(data['messages'])} messages from {data['versions']}", file=sys.stderr)
+    write_harvest(harvest(a.paths), a.output)
     return 0
 
 

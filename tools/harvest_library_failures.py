@@ -17,7 +17,6 @@ shape of ``failures_harvest.json``; ``p`` is the library::
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
 import zipfile
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harvest_failures import dump, harvest_source, version_key  # noqa: E402
+from harvest_failures import add_message, harvest_source, version_key, write_harvest  # noqa: E402
 
 # the modules of each library that run while vLLM loads a model's config, weights and tokenizer or sets up
 # devices and process groups (the model zoo under transformers/models/<arch>/ is left out: thousands of
@@ -85,15 +84,7 @@ def harvest(paths: list[Path]) -> dict:
             if not want.match(name):
                 continue
             for exc, t in harvest_source(src):
-                key = (lib, t, exc)
-                e = msgs.get(key)
-                if e is None:
-                    msgs[key] = {"t": t, "e": exc, "f": name, "p": lib, "first": ver, "last": ver}
-                else:
-                    if version_key(ver) < version_key(e["first"]):
-                        e["first"] = ver
-                    if version_key(ver) >= version_key(e["last"]):
-                        e["last"], e["f"] = ver, name
+                add_message(msgs, lib, ver, name, exc, t)
         print(f"{lib} {ver}: {len(msgs)} messages so far", file=sys.stderr)
     for k in versions:
         versions[k].sort(key=version_key)
@@ -105,12 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("paths", nargs="+", type=Path, help="wheels, folders of wheels, or site-packages directories")
     ap.add_argument("-o", "--output", type=Path, default=Path("kvlogdiag/catalogue/failures_harvest_libs.json"))
     a = ap.parse_args(argv)
-    data = harvest(a.paths)
-    tmp = a.output.with_suffix(".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        dump(data, fh)
-    os.replace(tmp, a.output)
-    print(f"{len(data['messages'])} messages from {data['versions']}", file=sys.stderr)
+    write_harvest(harvest(a.paths), a.output)
     return 0
 
 
