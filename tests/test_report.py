@@ -654,3 +654,31 @@ def test_capacity_ignores_an_implausible_token_count(run):
         assert "1,125,899,906,842,624" not in out  # 2**62 / 4096
         assert "0 B (0.0 KiB)" not in out
         assert "Not computed: line 2: 4,611,686,018,427,387,904 tokens in 37.01 GiB is 8.62e-09 bytes per token" in out
+
+
+def _many_pairs_log(n: int) -> str:
+    lines = ["(APIServer pid=1) INFO 09-26 07:50:00 [api_server.py:1] vLLM API server version 0.10.2"]
+    lines += [f"(Worker_TP{i} pid={1000 + i}) INFO 09-26 07:54:56 [gpu_worker.py:298] Available KV cache memory: 37.01 GiB"
+              for i in range(n)]
+    lines += ["(EngineCore_0 pid=900) INFO 09-26 07:54:57 [kv_cache_utils.py:864] GPU KV cache size: 485,088 tokens"] * n
+    return "\n".join(lines) + "\n"
+
+
+def test_html_report_is_bounded_whatever_the_number_of_kv_figures(tmp_path):
+    # issue 18: one bar and one table row per KV pair made a log of KV lines an image of gigabytes
+    from click.testing import CliRunner
+
+    from kvlogdiag.cli.main import cli
+    from kvlogdiag.modes.report import MAX_CHART_BARS, MAX_REPORT_RANKS
+
+    sizes = []
+    for n in (MAX_REPORT_RANKS + 44, 8 * MAX_REPORT_RANKS):
+        log = tmp_path / f"many{n}.log"
+        log.write_text(_many_pairs_log(n))
+        out = tmp_path / f"many{n}.html"
+        r = CliRunner().invoke(cli, ["report", str(log), "--format", "html", "-o", str(out), "--fail-on", "never"])
+        assert r.exit_code == 0, r.output
+        page = out.read_text()
+        assert f"the chart draws the first {MAX_CHART_BARS} ranks" in page and f"of {n:,} KV figures" in page
+        sizes.append(len(page))
+    assert sizes[1] < sizes[0] * 1.02, sizes

@@ -283,12 +283,20 @@ def _settings_rows(a: Analysis) -> list[list[str]]:
     return rows
 
 
+# a report stays readable and bounded whatever the log (issue 18: one bar per KV pair made a 10 MB log of KV
+# lines a >14 GB image): the per-rank tables show this many rows, the memory chart this many bars; the
+# capacity figures are computed from every rank
+MAX_REPORT_RANKS = 256
+MAX_CHART_BARS = 64
+
+
 def build_section(a: Analysis, min_severity: str = "info") -> dict:
     """Everything the report shows about one run, as plain data (redact this, then render it)."""
     data = a.to_json(min_severity)
     rows = _rank_rows(a)
     counts = {s: sum(1 for f in data["findings"] if f["severity"] == s) for s in ("error", "warning", "info")}
-    return {"analysis": data, "run_label": run_label(a), "settings": _settings_rows(a), "ranks": rows,
+    return {"analysis": data, "run_label": run_label(a), "settings": _settings_rows(a), "ranks": rows[:MAX_REPORT_RANKS],
+            "ranks_omitted": max(0, len(rows) - MAX_REPORT_RANKS),
             "capacity": _capacity(a, rows), "errors": _error_items(a), "counts": counts,
             "suggestion": build_suggestion(a)}
 
@@ -357,6 +365,15 @@ def _summary_rows(doc: dict) -> list[list[str]]:
         rows.append(["time window", f"{win.get('since') or 'start'} to {win.get('until') or 'end'}: runtime figures cover it "
                      f"({a['runtime']['stats_lines']:,} stats lines in it, {win.get('runtime_lines_outside', 0):,} runtime lines outside)"])
     return rows
+
+
+def _omitted_note(sec: dict) -> str:
+    n, omitted = len(sec["ranks"]), sec.get("ranks_omitted", 0)
+    parts = [f"the chart draws the first {min(n, MAX_CHART_BARS):,} ranks"] if n > MAX_CHART_BARS else []
+    if omitted:
+        parts.append(f"the tables show the first {n:,} of {n + omitted:,} KV figures "
+                     "(every one is in the JSON analysis; the capacity figures use them all)")
+    return "Bounded report: " + "; ".join(parts) + "."
 
 
 def _rank_label(r: dict) -> str:
@@ -477,6 +494,9 @@ def _markdown_section(doc: dict, sec: dict, first: bool) -> str:
                 "From the memory lines of each rank; headroom = total − the other columns (it includes any part not in the log)."
                 " Charts: `--format html`.", ""]
         out.append(md_table(MEMORY_HEADERS, [_memory_cells(r) for r in sec["ranks"]]))
+        if sec.get("ranks_omitted"):
+            out.append("")
+            out.append(f"_{_omitted_note(sec)}_")
     else:
         out.append("No `Available KV cache memory` or `GPU KV cache size` line in the log.")
     fs = a["findings"]
@@ -540,7 +560,7 @@ def _png_data_uri(fig, canvas_cls) -> str:
 
 
 def _memory_chart(doc: dict, mpl) -> str | None:
-    rows = doc["ranks"]
+    rows = doc["ranks"][:MAX_CHART_BARS]
     if not rows:
         return None
     Figure, Canvas = mpl
@@ -739,6 +759,8 @@ def _html_section(sec: dict, charts: bool, level: int, suffix: str) -> list[str]
         out.append('<p class="note">Headroom = total − the other columns; a part that is not in the log counts as 0, '
                    'so the headroom then includes it.</p>')
         out.append(_html_table(MEMORY_HEADERS, [_memory_cells(r) for r in sec["ranks"]], "memory" + suffix, {1, 2, 3, 4, 5, 6, 7}))
+        if len(sec["ranks"]) > MAX_CHART_BARS or sec.get("ranks_omitted"):
+            out.append(f'<p class="note">{_omitted_note(sec)}</p>')
     else:
         out.append("<p>No <code>Available KV cache memory</code> or <code>GPU KV cache size</code> line in the log.</p>")
     fs = a["findings"]
