@@ -382,3 +382,25 @@ def test_closed_stdout_exits_141_quietly(tmp_path):
         os.close(w_fd)
     assert p.returncode == 141, p.stderr
     assert p.stderr == b""
+
+
+@pytest.mark.parametrize("args", [["rules"], ["rules", "--format", "json"], ["explain", "KVD002"], ["explain", "KVD101"],
+                                  ["patterns"], ["patterns", "--format", "markdown"]])
+def test_every_listing_command_writes_to_a_file_or_stays_quiet(args, tmp_path):
+    plain = CliRunner().invoke(cli, args)
+    out = tmp_path / "out.txt"
+    written = CliRunner().invoke(cli, [*args, "-o", str(out)])
+    quiet = CliRunner().invoke(cli, [*args, "--quiet"])
+    assert plain.exit_code == written.exit_code == quiet.exit_code == 0
+    assert written.stdout == "" and quiet.stdout == "" and out.read_text() == plain.stdout and plain.stdout
+
+
+def test_watch_writes_its_events_to_a_file_and_still_passes_the_log_through(tmp_path):
+    log = ROOT / "sample_logs" / "v1_tp4_workers.log"
+    events = tmp_path / "events.jsonl"
+    r = subprocess.run([sys.executable, "-m", "kvlogdiag", "watch", "--format", "json", "-o", str(events)],
+                       stdin=log.open("rb"), capture_output=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == log.read_bytes() and b"KVD005" not in r.stderr
+    kinds = [json.loads(line)["event"] for line in events.read_text().splitlines()]
+    assert "finding" in kinds and "summary" in kinds

@@ -9,6 +9,7 @@ from tabulate import tabulate
 
 from kvlogdiag.catalogue.patterns import catalogue, catalogue_markdown
 from kvlogdiag.cli.exit import ExitCode
+from kvlogdiag.cli.output import Output, finish
 from kvlogdiag.rules.deployment_rules import load_deployment_rules
 from kvlogdiag.rules.engine import SEVERITY_RANK, RuleSet, load_rules, namespace_markdown, rule_namespace_markdown
 
@@ -16,55 +17,59 @@ from kvlogdiag.rules.engine import SEVERITY_RANK, RuleSet, load_rules, namespace
 @click.command("rules")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True)
 @click.option("--rules", "rule_dirs", multiple=True, type=click.Path(file_okay=False), help="Extra folder of rule files.")
-def rules_cmd(fmt: str, rule_dirs: tuple[str, ...]) -> ExitCode:
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Write the output to FILE instead of stdout (replaced atomically).")
+@click.option("-q", "--quiet", is_flag=True, default=False, help="Print nothing on stdout.")
+def rules_cmd(fmt: str, rule_dirs: tuple[str, ...], output: str | None = None, quiet: bool = False) -> ExitCode:
     """List the rules."""
     rs = load_rules(rule_dirs)
     if fmt == "json":
-        click.echo(json.dumps([_rule_dict(r) for r in rs.rules], indent=2, ensure_ascii=False))
+        text = json.dumps([_rule_dict(r) for r in rs.rules], indent=2, ensure_ascii=False) + "\n"
     elif fmt == "markdown":
-        click.echo(rules_markdown(rs), nl=False)
+        text = rules_markdown(rs)
     else:
         rows = [[r.code, r.name, "/".join(sorted({c.severity for c in r.checks}, key=lambda s: -SEVERITY_RANK[s])), r.summary]
                 for r in rs.rules]
-        click.echo(tabulate(rows, headers=["code", "name", "severity", "summary"], tablefmt="simple", maxcolwidths=[None, None, None, 70]))
-    return ExitCode.OK
+        text = tabulate(rows, headers=["code", "name", "severity", "summary"], tablefmt="simple", maxcolwidths=[None, None, None, 70]) + "\n"
+    return finish(Output(output, quiet), text, ExitCode.OK)
 
 
 @click.command()
 @click.argument("code")
 @click.option("--rules", "rule_dirs", multiple=True, type=click.Path(file_okay=False), help="Extra folder of rule files.")
-def explain(code: str, rule_dirs: tuple[str, ...]) -> ExitCode:
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Write the output to FILE instead of stdout (replaced atomically).")
+@click.option("-q", "--quiet", is_flag=True, default=False, help="Print nothing on stdout.")
+def explain(code: str, rule_dirs: tuple[str, ...], output: str | None = None, quiet: bool = False) -> ExitCode:
     """Print a rule's full text: what it checks, why it matters, how to fix it.
 
     CODE is a code, a name, or a code prefix shared by exactly one rule (an exact code wins).
     """
     s = code.strip()
-    for r in load_deployment_rules(rule_dirs).rules:  # KVD1xx: rules over a whole deployment
-        if r.code == s.upper() or r.name == s.lower():
-            click.echo(rule_text(r), nl=False)
-            return ExitCode.OK
-    click.echo(rule_text(load_rules(rule_dirs).lookup(code)), nl=False)
-    return ExitCode.OK
+    found = next((r for r in load_deployment_rules(rule_dirs).rules  # KVD1xx: rules over a whole deployment
+                  if r.code == s.upper() or r.name == s.lower()), None)
+    return finish(Output(output, quiet), rule_text(found or load_rules(rule_dirs).lookup(code)), ExitCode.OK)
 
 
 @click.command()
 @click.option("--format", "fmt", type=click.Choice(["table", "markdown"]), default="table", show_default=True)
 @click.option("--coverage", is_flag=True, help="Harvested vLLM format strings the catalogue reads, per release (docs/coverage.md).")
 @click.option("-v", "--verbose", is_flag=True, help="With --coverage: also list every string that is not covered.")
-def patterns(fmt: str, coverage: bool = False, verbose: bool = False) -> ExitCode:
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Write the output to FILE instead of stdout (replaced atomically).")
+@click.option("-q", "--quiet", is_flag=True, default=False, help="Print nothing on stdout.")
+def patterns(fmt: str, coverage: bool = False, verbose: bool = False, output: str | None = None, quiet: bool = False) -> ExitCode:
     """List the log lines kvlogdiag recognises, with the vLLM versions they cover."""
     if coverage:
         from kvlogdiag.catalogue.coverage import coverage_text
 
-        click.echo(coverage_text(verbose=verbose, markdown=fmt == "markdown"), nl=False)
-        return ExitCode.OK
-    if fmt == "markdown":
-        click.echo(catalogue_markdown(), nl=False)
-        return ExitCode.OK
-
-    click.echo(tabulate([[p.name, p.versions, len(p.samples)] for p in catalogue()],
-                        headers=["pattern", "vLLM versions", "samples"], tablefmt="simple"))
-    return ExitCode.OK
+        text = coverage_text(verbose=verbose, markdown=fmt == "markdown")
+    elif fmt == "markdown":
+        text = catalogue_markdown()
+    else:
+        text = tabulate([[p.name, p.versions, len(p.samples)] for p in catalogue()],
+                        headers=["pattern", "vLLM versions", "samples"], tablefmt="simple") + "\n"
+    return finish(Output(output, quiet), text, ExitCode.OK)
 
 
 def _rule_dict(r) -> dict:

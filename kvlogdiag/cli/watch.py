@@ -8,6 +8,7 @@ import click
 
 from kvlogdiag.cli.common import build_analyzer, err, rule_options
 from kvlogdiag.cli.exit import ExitCode
+from kvlogdiag.cli.output import check_target
 from kvlogdiag.modes.metrics_poll import parse_interval
 from kvlogdiag.modes.watch import is_glob, watch_main
 
@@ -32,9 +33,13 @@ from kvlogdiag.modes.watch import is_glob, watch_main
               help="With --metrics: time between two polls (10s, 500ms, 1m).")
 @click.option("--metrics-timeout", type=click.FloatRange(min=0, min_open=True), default=5.0, show_default=True,
               metavar="SECONDS", help="With --metrics: give up one poll after this long (the next poll starts --interval after it ended).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Write the events (figures, findings, notes) to FILE as they happen instead of stderr; "
+                   "the log still passes through on stdout.")
 @rule_options
 def watch(follow: tuple[str, ...], from_end: bool, no_echo: bool, fmt: str, repeat_after: float,
-          metrics_url: str | None, metrics_interval: str, metrics_timeout: float, **kw: Any) -> int:
+          metrics_url: str | None, metrics_interval: str, metrics_timeout: float, output: str | None = None,
+          **kw: Any) -> int:
     """Live: copy a running server's log to stdout and print figures and findings on stderr as they are decided.
 
     \b
@@ -62,6 +67,23 @@ def watch(follow: tuple[str, ...], from_end: bool, no_echo: bool, fmt: str, repe
     if metrics_url is not None and not metrics_url.lower().startswith(("http://", "https://")):
         err(f"--metrics {metrics_url!r}: give the endpoint's URL, e.g. http://127.0.0.1:8000/metrics")
         return int(ExitCode.ERROR)
-    analyzer = build_analyzer(kw)
-    return watch_main(analyzer, follows=list(follow) or None, from_end=from_end, echo=not no_echo, fmt=fmt, repeat_after=repeat_after,
-                      hard_exit=True, metrics_url=metrics_url, metrics_interval=interval_s, metrics_timeout=metrics_timeout)
+    problem = check_target(output)
+    if problem:
+        err(problem)
+        return int(ExitCode.ERROR)
+    analyzer = build_analyzer(kw, follow)
+    events = None
+    if output:
+        # a live stream, written as it happens (line-buffered), not replaced at the end like other outputs
+        try:
+            events = open(output, "w", encoding="utf-8", buffering=1)
+        except OSError as exc:
+            err(f"{output}: cannot write ({exc.strerror or exc})")
+            return int(ExitCode.ERROR)
+    try:
+        return watch_main(analyzer, follows=list(follow) or None, from_end=from_end, echo=not no_echo, fmt=fmt,
+                          repeat_after=repeat_after, hard_exit=True, metrics_url=metrics_url, metrics_interval=interval_s,
+                          metrics_timeout=metrics_timeout, err_stream=events)
+    finally:
+        if events is not None:
+            events.close()
