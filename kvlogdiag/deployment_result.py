@@ -71,6 +71,8 @@ class DeploymentNode:
     # lines, prompt_tps_sum, gen_tps_sum, running_sum, kv_usage_running_sum, first_line, last_line
     workload_stats: dict[str, Any] | None = None
     lines: dict[str, int] = field(default_factory=dict)  # field → the log line it came from
+    # the log was read only in part (a cut compressed file, --max-bytes): the ``truncated`` note of the analysis
+    truncated: dict[str, Any] | None = None
 
     @property
     def offload_per_rank_gib(self) -> float | None:
@@ -102,6 +104,8 @@ class DeploymentNode:
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
+        if out.get("truncated") is None:
+            out.pop("truncated", None)  # present only for a log read in part (docs/deployment.md)
         out["offload_per_rank_gib"] = self.offload_per_rank_gib
         out["pinned_host_gib"] = self.pinned_host_gib
         out["layout"] = self.layout

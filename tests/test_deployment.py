@@ -161,3 +161,26 @@ def test_cpu_capture_is_a_real_kv_transfer():
     (dep,) = deployments_from_logs([str(SETS / "cpu-example-connector-1p1d")], Analyzer())
     assert {(n.name, n.role, n.connector, n.vllm_version) for n in dep.nodes} == {
         ("p0", "prefill", "ExampleConnector", "0.32.0"), ("d0", "decode", "ExampleConnector", "0.32.0")}
+
+
+def test_a_deployment_log_read_in_part_is_a_note_and_exit_4(tmp_path):
+    # issue 18: a cut compressed log (still being written) is analysed to the cut, and the command says so
+    import gzip
+    import shutil
+
+    from click.testing import CliRunner
+
+    from kvlogdiag.cli.exit import ExitCode
+    from kvlogdiag.cli.main import cli
+
+    src = Path(__file__).resolve().parent.parent / "sample_logs" / "deployments" / "cpu-example-connector-1p1d"
+    for f in src.glob("*.log"):
+        shutil.copy(f, tmp_path / f.name)
+    d = tmp_path / "localhost__d0.log"
+    (tmp_path / "localhost__d0.log.gz").write_bytes(gzip.compress(d.read_bytes())[:3000])
+    d.unlink()
+    r = CliRunner().invoke(cli, ["deployment", str(tmp_path), "--format", "json", "--fail-on", "never"])
+    assert r.exit_code == ExitCode.TRUNCATED, r.output
+    assert "localhost__d0.log.gz: truncated: the compressed stream ends early" in r.stderr
+    nodes = {n["name"]: n for dep in json.loads(r.stdout)["deployments"] for n in dep["nodes"]}
+    assert nodes["d0"]["truncated"]["reason"] == "cut" and "truncated" not in nodes["p0"]

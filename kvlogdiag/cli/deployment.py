@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from kvlogdiag import __version__
-from kvlogdiag.cli.common import BYTES, build_analyzer, err, report_rule_errors, rule_options
+from kvlogdiag.cli.common import BYTES, build_analyzer, err, report_rule_errors, rule_options, truncated_exit
 from kvlogdiag.cli.deployment_options import deployment_options  # noqa: F401 - re-exported
 from kvlogdiag.cli.exit import ExitCode
 from kvlogdiag.cli.output import (
@@ -26,6 +26,7 @@ from kvlogdiag.input.reader import DEFAULT_MAX_BYTES, InputError
 from kvlogdiag.modes.deployment import Workload, deployments_from_logs, render_text
 from kvlogdiag.render.ci import logs_from_deployments, rule_info
 from kvlogdiag.render.colour import style_text
+from kvlogdiag.render.redact import escape_controls
 from kvlogdiag.result import Severity
 from kvlogdiag.rules.deployment_rules import load_deployment_rules
 from kvlogdiag.rules.engine import RuleLoadError
@@ -94,6 +95,10 @@ def run_deployment(paths: tuple[str, ...], fmt: str, kw: dict[str, Any], avg_out
         code = ExitCode.ERROR
     else:
         code = ExitCode.FINDINGS if any(f.severity >= limit for d in deps for f in d.findings) else ExitCode.OK
+    cut = [(n, n.truncated) for d in deps for n in d.nodes if n.truncated]
+    for n, note in cut:
+        click.echo(f"kvlogdiag: {escape_controls(n.source or n.name)}: truncated: {note['message']}", err=True)
+    code = truncated_exit(code, bool(cut))
     colour = None
     if statistics or fmt in CI_FORMATS:
         logs = logs_from_deployments(deps, opts.min_severity)

@@ -25,7 +25,7 @@ from kvlogdiag.derive.figures import dig_additional
 from kvlogdiag.derive.workload import describe as describe_workload
 from kvlogdiag.derive.workload import infer_workload
 from kvlogdiag.extract.runs import server_starts
-from kvlogdiag.input.reader import open_input
+from kvlogdiag.input.reader import open_input, truncation
 from kvlogdiag.pipeline import Analyzer
 from kvlogdiag.result import Analysis
 from kvlogdiag.rules.deployment_rules import (
@@ -216,14 +216,18 @@ def analyze_log(analyzer: Analyzer, path: str, max_bytes: int) -> LoggedNode:
     fh = open_input(path, max_bytes)
     try:
         stats = analyzer.read(fh, path, session)
+        cut = truncation(fh)  # a cut compressed log, or --max-bytes: the node is of the lines read
     finally:
         fh.close()
     result = session.result(stats.lines, stats.long_lines)
     a = result.current
+    if cut is not None:
+        a.extra["truncated"] = cut
     starts = server_starts(session.runs)
     extras = _extras(starts[-1] if starts else None)
     node = node_from_analysis(a, _stem(path), extras)
     node.workload_stats = workload_stats(starts[-1].stats) if starts else None
+    node.truncated = cut
     return LoggedNode(path, a, node, extras)
 
 
