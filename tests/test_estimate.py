@@ -505,3 +505,22 @@ def test_tp_that_does_not_divide_the_attention_heads_is_noted():
     assert notes and "vLLM refuses to start" in notes[0] and d["expected"]["verified"] is False
     ok = run_json("--model", "Qwen3-32B", "--tp", "4", "--available-gib", "20", "--p99-len", "8192")
     assert not [a for a in ok["expected"]["assumptions"] if "attention heads" in a]
+
+
+def test_estimate_from_a_log_read_in_part_says_so_and_exits_4(tmp_path):
+    # issue 18: a cut compressed log is read to the cut; the estimate says its figures are of the lines read
+    import gzip
+
+    from click.testing import CliRunner
+
+    from kvlogdiag.cli.exit import ExitCode
+    from kvlogdiag.cli.main import cli
+
+    log = Path(__file__).resolve().parent.parent / "sample_logs" / "v1_tp4_workers.log"
+    cut = tmp_path / "cut.log.gz"
+    cut.write_bytes(gzip.compress(log.read_bytes())[:2500])
+    r = CliRunner().invoke(cli, ["estimate", "--log", str(cut), "--format", "json"])
+    assert r.exit_code == ExitCode.TRUNCATED and "cut.log.gz: truncated:" in r.stderr
+    assert json.loads(r.stdout)["truncated"]["reason"] == "cut"
+    whole = CliRunner().invoke(cli, ["estimate", "--log", str(log), "--format", "json"])
+    assert whole.exit_code == 0 and "truncated" not in json.loads(whole.stdout)

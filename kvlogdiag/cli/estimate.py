@@ -17,6 +17,7 @@ from kvlogdiag.cli.exit import ExitCode
 from kvlogdiag.derive.architecture import kv_dtype_bytes, parse_vllm_version
 from kvlogdiag.input.reader import InputError
 from kvlogdiag.modes.estimate import ROLES, EstimateError, estimate_document, render_table
+from kvlogdiag.render.redact import escape_controls
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b?|b)?\s*$", re.I)
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1000, "kib": 1024, "ki": 1024,
@@ -139,4 +140,7 @@ def estimate(log_path: str | None, run: str, fmt: str, **params: Any) -> ExitCod
         return ExitCode.ERROR
     click.echo(json.dumps(est, indent=2, ensure_ascii=False, default=str) if fmt == "json" else render_table(est),
                nl=fmt == "json")
+    if est.get("truncated"):
+        click.echo(f"kvlogdiag: {escape_controls(log_path or '')}: truncated: {est['truncated']['message']}", err=True)
+        return ExitCode.TRUNCATED
     return ExitCode.OK

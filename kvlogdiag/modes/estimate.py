@@ -986,4 +986,7 @@ def estimate_document(params: dict[str, Any], log_path: str | None = None, run: 
     Raises `InputError` (unreadable log) or `EstimateError` (``run`` is ``all`` or not in the log, an
     unreadable ``--model-config``)."""
     log = read_log(log_path, run) if log_path is not None else None
-    return build_estimate(params, log)
+    est = build_estimate(params, log)
+    if log is not None and log.analysis.extra.get("truncated"):
+        est["truncated"] = log.analysis.extra["truncated"]  # the log was read in part: its figures are of the lines read
+    return est
