@@ -42,6 +42,28 @@ _WORDS = (
 ).split()
 
 
+
+def _truth(stats: int, kv_max, high: int, busy: int, single_q: int, preempt_total: int, preempt_lines: int) -> dict:
+    """The figures every generated long log must read back as (its stats counts plus the fixed start-up)."""
+    return {
+        "stats_lines": stats,
+        "kv_usage_max_pct": kv_max,
+        "kv_usage_high_lines": high,
+        "busy_stats_lines": busy,
+        "single_running_with_queue_lines": single_q,
+        "stats_preemptions_total": preempt_total,
+        "stats_preemption_lines": preempt_lines,
+        "available_gib": [AVAIL_GIB],
+        "tokens": [KV_TOKENS],
+        "max_concurrency": [{"tokens_per_request": MAX_LEN, "concurrency": CONCURRENCY}],
+        "version": "0.13.0",
+        "engine": "v1",
+        "model": MODEL,
+        "tensor_parallel_size": TP,
+        "max_model_len": MAX_LEN,
+        "gpu_memory_utilization": GMU,
+    }
+
 def _stamp(t: int, cache: dict) -> str:
     s = cache.get(t)
     if s is None:
@@ -220,22 +242,7 @@ def write_long_log(path: str, target_bytes: int, seed: int = 20251129) -> dict:
     return {
         "bytes": os.path.getsize(path),
         "lines_read": n_lines,
-        "stats_lines": stats,
-        "kv_usage_max_pct": kv_max,
-        "kv_usage_high_lines": high,
-        "busy_stats_lines": busy,
-        "single_running_with_queue_lines": single_q,
-        "stats_preemptions_total": preempt_total,
-        "stats_preemption_lines": preempt_lines,
-        "available_gib": [AVAIL_GIB],
-        "tokens": [KV_TOKENS],
-        "max_concurrency": [{"tokens_per_request": MAX_LEN, "concurrency": CONCURRENCY}],
-        "version": "0.13.0",
-        "engine": "v1",
-        "model": MODEL,
-        "tensor_parallel_size": TP,
-        "max_model_len": MAX_LEN,
-        "gpu_memory_utilization": GMU,
+        **_truth(stats, kv_max, high, busy, single_q, preempt_total, preempt_lines),
     }
 
 
@@ -448,20 +455,5 @@ def write_shape_log(path: str, target_bytes: int, shape: str, seed: int = 202512
         "lines_read": n_lines,
         "mean_line_bytes": round(total_bytes / n_lines, 1),
         "stats_fraction": round(stats / n_lines, 3),
-        "stats_lines": stats,
-        "kv_usage_max_pct": kv_max,
-        "kv_usage_high_lines": high,
-        "busy_stats_lines": busy,
-        "single_running_with_queue_lines": single_q,
-        "stats_preemptions_total": preempt_total,
-        "stats_preemption_lines": preempt_lines,
-        "available_gib": [AVAIL_GIB],
-        "tokens": [KV_TOKENS],
-        "max_concurrency": [{"tokens_per_request": MAX_LEN, "concurrency": CONCURRENCY}],
-        "version": "0.13.0",
-        "engine": "v1",
-        "model": MODEL,
-        "tensor_parallel_size": TP,
-        "max_model_len": MAX_LEN,
-        "gpu_memory_utilization": GMU,
+        **_truth(stats, kv_max, high, busy, single_q, preempt_total, preempt_lines),
     }

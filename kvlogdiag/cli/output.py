@@ -25,16 +25,15 @@ from kvlogdiag.render.redact import SafeText, escape_controls
 CI_FORMATS = ("sarif", "github", "junit")
 
 
-def output_options(with_output: bool = True) -> Callable[[Callable], Callable]:
-    """``-o/--output`` (unless the command has its own), ``--quiet`` and ``--statistics``."""
+def output_options(with_output: bool = True, with_statistics: bool = True) -> Callable[[Callable], Callable]:
+    """``-o/--output`` (unless the command has its own), ``--quiet`` and (for commands with findings) ``--statistics``."""
 
     def deco(func: Callable) -> Callable:
-        opts = [
-            click.option("-q", "--quiet", is_flag=True, default=False,
-                         help="Print nothing on stdout: only the exit code and errors (stderr) tell."),
-            click.option("--statistics", is_flag=True, default=False,
-                         help="Print the number of findings per rule instead of the findings (text, or JSON with --format json)."),
-        ]
+        opts = [click.option("-q", "--quiet", is_flag=True, default=False,
+                             help="Print nothing on stdout: only the exit code and errors (stderr) tell.")]
+        if with_statistics:
+            opts.append(click.option("--statistics", is_flag=True, default=False,
+                                     help="Print the number of findings per rule instead of the findings (text, or JSON with --format json)."))
         if with_output:
             opts.insert(0, click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
                                         help="Write the output to FILE instead of stdout (replaced atomically)."))

@@ -9,7 +9,7 @@ from tabulate import tabulate
 
 from kvlogdiag.catalogue.patterns import catalogue, catalogue_markdown
 from kvlogdiag.cli.exit import ExitCode
-from kvlogdiag.cli.output import Output, finish
+from kvlogdiag.cli.output import Output, finish, output_options
 from kvlogdiag.rules.deployment_rules import load_deployment_rules
 from kvlogdiag.rules.engine import SEVERITY_RANK, RuleSet, load_rules, namespace_markdown, rule_namespace_markdown
 
@@ -17,9 +17,7 @@ from kvlogdiag.rules.engine import SEVERITY_RANK, RuleSet, load_rules, namespace
 @click.command("rules")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True)
 @click.option("--rules", "rule_dirs", multiple=True, type=click.Path(file_okay=False), help="Extra folder of rule files.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
-              help="Write the output to FILE instead of stdout (replaced atomically).")
-@click.option("-q", "--quiet", is_flag=True, default=False, help="Print nothing on stdout.")
+@output_options(with_statistics=False)
 def rules_cmd(fmt: str, rule_dirs: tuple[str, ...], output: str | None = None, quiet: bool = False) -> ExitCode:
     """List the rules."""
     rs = load_rules(rule_dirs)
@@ -37,9 +35,7 @@ def rules_cmd(fmt: str, rule_dirs: tuple[str, ...], output: str | None = None, q
 @click.command()
 @click.argument("code")
 @click.option("--rules", "rule_dirs", multiple=True, type=click.Path(file_okay=False), help="Extra folder of rule files.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
-              help="Write the output to FILE instead of stdout (replaced atomically).")
-@click.option("-q", "--quiet", is_flag=True, default=False, help="Print nothing on stdout.")
+@output_options(with_statistics=False)
 def explain(code: str, rule_dirs: tuple[str, ...], output: str | None = None, quiet: bool = False) -> ExitCode:
     """Print a rule's full text: what it checks, why it matters, how to fix it.
 
@@ -55,9 +51,7 @@ def explain(code: str, rule_dirs: tuple[str, ...], output: str | None = None, qu
 @click.option("--format", "fmt", type=click.Choice(["table", "markdown"]), default="table", show_default=True)
 @click.option("--coverage", is_flag=True, help="Harvested vLLM format strings the catalogue reads, per release (docs/coverage.md).")
 @click.option("-v", "--verbose", is_flag=True, help="With --coverage: also list every string that is not covered.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
-              help="Write the output to FILE instead of stdout (replaced atomically).")
-@click.option("-q", "--quiet", is_flag=True, default=False, help="Print nothing on stdout.")
+@output_options(with_statistics=False)
 def patterns(fmt: str, coverage: bool = False, verbose: bool = False, output: str | None = None, quiet: bool = False) -> ExitCode:
     """List the log lines kvlogdiag recognises, with the vLLM versions they cover."""
     if coverage:

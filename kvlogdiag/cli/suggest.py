@@ -9,7 +9,7 @@ import click
 
 from kvlogdiag.cli.common import build_analyzer, err, fail_exit, report_rule_errors, rule_options
 from kvlogdiag.cli.exit import ExitCode
-from kvlogdiag.cli.output import Output, check_target, finish
+from kvlogdiag.cli.output import Output, check_target, finish, output_options
 from kvlogdiag.input.reader import DEFAULT_MAX_BYTES, InputError
 from kvlogdiag.modes.diff import DiffError, parse_side, select_run
 from kvlogdiag.modes.suggest import build_suggestion, render_markdown, render_text
@@ -22,10 +22,7 @@ from kvlogdiag.rules.engine import RuleLoadError
               help="text for a terminal, json, markdown for a PR or an issue.")
 @click.option("--max-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_BYTES, show_default=True,
               help="Stop reading after this many (decompressed) bytes.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
-              help="Write the output to FILE instead of stdout (replaced atomically).")
-@click.option("-q", "--quiet", is_flag=True, default=False,
-              help="Print nothing on stdout: only the exit code and errors (stderr) tell.")
+@output_options(with_statistics=False)
 @rule_options
 def suggest(source: str, fmt: str, max_bytes: int, output: str | None, quiet: bool, **kw: Any) -> ExitCode:
     """The server's launch command rebuilt from LOG, with each finding's fix applied (one setting each).

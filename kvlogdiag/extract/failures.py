@@ -133,9 +133,9 @@ _DQUOTED_EXC = re.compile(r'"(?P<exc_text>(?P<name>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?
 _ATTR_MSG = re.compile(r"^'[\w.]+' object has no attribute '\w+'$")
 # vLLM's CLI flags named in a message (`--enable-auto-tool-choice and --enable-reasoning cannot be …`)
 _FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9]*(?:-[a-z0-9]+)+\b")
-# the next line of a plain (unlogged) exception message: a sentence, not another record, warning or path
 # Python's warnings module: "path.py:LINE: CategoryWarning: message"
 _PY_WARNING = re.compile(r"^\S+\.py:\d+: \w*Warning: ")
+# the next line of a plain (unlogged) exception message: a sentence, not another record, warning or path
 _CONTINUATION = re.compile(r"^(?:[A-Z][a-z]|'[\w.]+' object\b)")
 _NOT_CONTINUATION = re.compile(r"[Ww]arning\b|\d{4}-\d\d-\d\d[T ]\d\d:\d\d|^\S+\.py:\d+|\[rank\d+\]")
 _QUOTED_EXC = re.compile(r"""^["'](?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception): \S""")
