@@ -327,3 +327,53 @@ def test_many_small_files_are_fast(tmp_path):
     assert len(pd.read_csv(tmp_path / "r.csv")) == 400
     assert took < 60
     shutil.rmtree(tmp_path / "arch")
+
+
+_REAL_WORK: list = []
+
+
+def _poison_work(batch):
+    """A worker function (module level: it is pickled by name) that kills its process, as an OOM kill
+    would, on any batch holding a file named 'poison*'."""
+    if any(os.path.basename(path).startswith("poison") for _, path in batch):
+        os._exit(9)
+    return _REAL_WORK[0](batch)
+
+
+def test_a_file_that_kills_its_worker_costs_only_its_own_row(tmp_path, monkeypatch):
+    # before: the first death broke the ProcessPoolExecutor and every batch it still held became an error row
+    from kvlogdiag.modes import scan as scan_mod
+    from kvlogdiag.modes.scan import Finder, _run_pool, analyze_file
+    from kvlogdiag.pipeline import Analyzer
+    from kvlogdiag.rules.context import Options
+
+    samples = sorted(SAMPLE_LOGS_DIR.glob("*.log"))
+    arch = tmp_path / "arch"
+    arch.mkdir()
+    for i in range(60):
+        (arch / f"run{i:03d}.log").write_bytes(f"INFO copy {i}\n".encode() + samples[i % len(samples)].read_bytes())
+    for name in ("poison-a.log", "poison-b.log"):
+        (arch / name).write_bytes(samples[0].read_bytes())
+    finder = Finder((), ())
+    finder.add_argument(str(arch))
+    entries = finder.entries
+    _REAL_WORK[:] = [scan_mod._work]
+    monkeypatch.setattr(scan_mod, "_work", _poison_work)  # the forked workers see it
+    analyzer = Analyzer(Options())
+    rows: dict[str, list[dict]] = {}
+
+    def done(batch_entries, batch_rows):
+        for e, r in zip(batch_entries, batch_rows):
+            assert e.abspath not in rows  # each file once
+            rows[e.abspath] = r
+
+    errors: list[str] = []
+    assert _run_pool(entries, analyzer, 64 << 30, 2, errors, done, lambda: None) is False
+    assert len(rows) == 62
+    for e in entries:
+        r = rows[e.abspath]
+        if os.path.basename(e.abspath).startswith("poison"):
+            assert len(r) == 1 and r[0]["error"].startswith("internal error: worker failed"), r
+        else:
+            want = analyze_file(analyzer, e.source, e.abspath, 64 << 30)
+            assert r == want, (r[0]["error"], want[0]["error"])

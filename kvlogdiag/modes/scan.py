@@ -814,52 +814,127 @@ def _run(todo: list[Entry], analyzer, max_bytes: int, njobs: int, show: bool, ro
 
 
 def _run_pool(todo, analyzer, max_bytes, njobs, rule_errors, done, start_bar) -> bool:
-    import multiprocessing
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    """Batches on a process pool. A worker that dies (OOM kill, a crash in a C extension) breaks the whole
+    `ProcessPoolExecutor`, failing every batch it held: so at most ``2 * njobs`` batches are in flight, a
+    broken pool is replaced and the rest goes on, and the files of every failed batch are run again one at
+    a time, each alone in a process (`_isolate`): an innocent file gets its real row, and only a file that
+    kills its worker on its own becomes an error row."""
+    from concurrent.futures import FIRST_COMPLETED, wait
+    from concurrent.futures.process import BrokenProcessPool
 
     size = max(1, min(64, len(todo) // (njobs * 8) or 1))
     # biggest files first, so one large log does not finish last on its own
     order = sorted(todo, key=lambda e: -(e.size or 0))
     batches = _chunks(order, size)
+    window = 2 * njobs
+    suspects: list[Entry] = []
+    pool = _new_pool(analyzer, max_bytes, min(njobs, len(batches)))
+    try:
+        queue = list(reversed(batches))
+        futures: dict = {}
+        preload = None
+        started = False
+        while queue or futures:
+            while queue and len(futures) < window:
+                b = queue.pop()
+                try:
+                    futures[pool.submit(_work, [(e.source, e.abspath) for e in b])] = b
+                except BrokenProcessPool:  # broke between two waits: a new pool takes the rest
+                    queue.append(b)
+                    pool.shutdown(wait=False, cancel_futures=True)
+                    pool = _new_pool(analyzer, max_bytes, min(njobs, len(batches)), preload)
+            if preload is None:
+                # the workers exist now (fork start: all at the first submit); load pandas for the summary meanwhile
+                import threading
+
+                preload = threading.Thread(target=_preload_pandas, daemon=True)
+                preload.start()
+            if not started:
+                start_bar()
+                started = True
+            finished, _ = wait(set(futures), timeout=0.5, return_when=FIRST_COMPLETED)
+            if STOP_REQUESTED:
+                raise KeyboardInterrupt
+            broken = False
+            for fut in finished:
+                b = futures.pop(fut)
+                try:
+                    batch_rows, errs = fut.result()
+                except Exception as exc:  # noqa: BLE001 - a worker died (or the task failed): run those files alone
+                    broken = broken or isinstance(exc, BrokenProcessPool)
+                    suspects.extend(b)
+                    continue
+                rule_errors.extend(errs)
+                done(b, batch_rows)
+            if broken:
+                pool.shutdown(wait=False, cancel_futures=True)
+                pool = _new_pool(analyzer, max_bytes, min(njobs, len(batches)), preload)
+        pool.shutdown(wait=True)
+        pool = None
+        _isolate(suspects, analyzer, max_bytes, rule_errors, done, preload)
+    except KeyboardInterrupt:
+        if pool is not None:
+            _kill_pool(pool)
+        raise
+    return False
+
+
+def _new_pool(analyzer, max_bytes: int, workers: int, preload=None):
+    import multiprocessing
+
+    if preload is not None:
+        # a fork while the preload thread holds an import lock would leave that lock held in the child for good
+        preload.join()
+    from concurrent.futures import ProcessPoolExecutor
+
     ctx: Any
     try:
         ctx = multiprocessing.get_context("fork")  # no threads exist yet: the progress bar starts after
     except ValueError:  # pragma: no cover - platforms without fork
         ctx = multiprocessing.get_context()
-    pool = ProcessPoolExecutor(max_workers=min(njobs, len(batches)), mp_context=ctx,
-                               initializer=_init_worker, initargs=(analyzer.options, max_bytes, analyzer.window, analyzer.timelines,
-                                                                   os.getpid()))
-    try:
-        futures = {pool.submit(_work, [(e.source, e.abspath) for e in b]): b for b in batches}
-        # the workers exist now (fork start: all at the first submit); load pandas for the summary meanwhile
-        import threading
+    return ProcessPoolExecutor(max_workers=max(1, workers), mp_context=ctx, initializer=_init_worker,
+                               initargs=(analyzer.options, max_bytes, analyzer.window, analyzer.timelines, os.getpid()))
 
-        threading.Thread(target=_preload_pandas, daemon=True).start()
-        start_bar()
-        pending = set(futures)
-        while pending:
-            finished, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+
+def _kill_pool(pool) -> None:
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        try:  # their batches are lost anyway (not in the checkpoint): do not wait for them at exit
+            proc.kill()
+        except (OSError, AttributeError):
+            pass
+
+
+def _isolate(entries: list[Entry], analyzer, max_bytes: int, rule_errors: list, done, preload=None) -> None:
+    """Each file of a failed batch again, alone in a one-process pool, one after the other: nothing else
+    runs beside it, so a death now is that file's own (its error row), never a neighbour's."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    pool = None
+    try:
+        for e in entries:
             if STOP_REQUESTED:
                 raise KeyboardInterrupt
-            for fut in finished:
-                b = futures.pop(fut)
-                try:
-                    batch_rows, errs = fut.result()
-                except Exception as exc:  # noqa: BLE001 - a worker died: those files become error rows
-                    batch_rows = [[empty_row(e.source, f"internal error: worker failed ({type(exc).__name__}: {exc})")] for e in b]
-                    errs = []
-                rule_errors.extend(errs)
-                done(b, batch_rows)
+            if pool is None:
+                pool = _new_pool(analyzer, max_bytes, 1, preload)
+            try:
+                batch_rows, errs = pool.submit(_work, [(e.source, e.abspath)]).result()
+            except Exception as exc:  # noqa: BLE001 - it fails alone: that file's error row
+                if isinstance(exc, BrokenProcessPool):
+                    pool.shutdown(wait=False, cancel_futures=True)
+                    pool = None
+                batch_rows = [[empty_row(e.source, f"internal error: worker failed ({type(exc).__name__}: {exc})")]]
+                errs = []
+            rule_errors.extend(errs)
+            done([e], batch_rows)
     except KeyboardInterrupt:
-        pool.shutdown(wait=False, cancel_futures=True)
-        for proc in list((getattr(pool, "_processes", None) or {}).values()):
-            try:  # their batches are lost anyway (not in the checkpoint): do not wait for them at exit
-                proc.kill()
-            except (OSError, AttributeError):
-                pass
+        if pool is not None:
+            _kill_pool(pool)
+            pool = None
         raise
-    pool.shutdown(wait=True)
-    return False
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True)
 
 
 def _preload_pandas() -> None:

@@ -11,8 +11,10 @@ the same paths (a shared file system, or URLs: `kvlogdiag.input.remote`), the sa
 the same credentials.
 
 A worker that dies mid-scan loses no row: the scheduler runs its batches again on another worker
-(``distributed.scheduler.allowed-failures`` times), and a batch that still fails, or any task error,
-becomes one error row per file of the batch. Memory per worker stays flat: a worker holds one batch
+(``distributed.scheduler.allowed-failures`` times). The files of a batch that still fails (a task that
+was merely running beside the culprit when its worker died counts as a failure too) are then run once
+more one at a time, each alone on the cluster: each gets its real row, and only a file that fails on its
+own becomes an error row. Memory per worker stays flat: a worker holds one batch
 of rows at a time, and each result is released as soon as the command has it.
 """
 
@@ -83,17 +85,31 @@ def run_dask(todo: list[Entry], options: Any, max_bytes: int, njobs: int, schedu
                                 key=f"kvlogdiag-scan-{run}-{i}", pure=False)
             futures[fut.key] = (fut, b)
         start_bar()
+        suspects: list[Entry] = []
         for fut in as_completed([f for f, _ in futures.values()]):
             _, b = futures.pop(fut.key)
             try:
                 batch_rows, errs = fut.result()
-            except Exception as exc:  # noqa: BLE001 - a worker died too often, or the task failed: error rows
-                batch_rows = [[empty_row(e.source, f"internal error: worker failed ({type(exc).__name__}: {exc})")]
-                              for e in b]
-                errs = []
-            fut.release()
+            except Exception:  # noqa: BLE001 - a worker died too often, or the task failed: those files alone again
+                suspects.extend(b)
+                continue
+            finally:
+                fut.release()
             rule_errors.extend(errs)
             done(b, batch_rows)
+        for i, e in enumerate(suspects):
+            # one at a time, nothing else on the cluster: a death now is this file's own, never a neighbour's
+            fut = client.submit(task, options, max_bytes, [(e.source, e.abspath)], key=f"kvlogdiag-alone-{run}-{i}",
+                                pure=False)
+            try:
+                batch_rows, errs = fut.result()
+            except Exception as exc:  # noqa: BLE001 - it fails alone: that file's error row
+                batch_rows = [[empty_row(e.source, f"internal error: worker failed ({type(exc).__name__}: {exc})")]]
+                errs = []
+            finally:
+                fut.release()
+            rule_errors.extend(errs)
+            done([e], batch_rows)
     finally:
         try:
             client.close()
