@@ -313,9 +313,15 @@ pat("insufficient_kv", "0.7+ (GB <=0.7; estimate missing in 0.8.x; models's <=0.
      ("ValueError: To serve at least one request with the model's max seq len (1000000), 3.09 GiB KV cache is needed, which is larger than the available KV cache memory (0.24 GiB). Estimated maximum model length is 57344.",
       {"max_seq_len": "1000000", "needed": "3.09", "available": "0.24", "estimate": "57344"})])
 pat("insufficient_kv_part", "newer vLLM and pastes (the insufficient-KV message over several lines)",
-    ("max seq len", "KV cache is needed", "maximum model length is", "available KV cache memory (", "KV cache memory ("),
-    r"(?P<part>models?'s max seq len|Gi?B KV cache is needed|maximum model length is \d+|KV cache memory \(" + _NUM + r" Gi?B\))",
-    [("22.5 GiB KV cache is needed, which is larger than the available KV cache memory (17.39 GiB).", {"part": "GiB KV cache is needed"})])
+    ("max seq len", "KV cache is needed", "maximum model length is", "available KV cache memory (", "KV cache memory (",
+     "memory (", "length is"),
+    # a row of a paste hard-wrapped at ~80 columns may start inside the message: "memory (0.6 GiB). ..."
+    # after "... the available KV cache", "length is 2832." after "... the estimated maximum model"
+    r"(?P<part>models?'s max seq len|Gi?B KV cache is needed|maximum model length is \d+|KV cache memory \(" + _NUM
+    + r" Gi?B\)|^memory \(" + _NUM + r" Gi?B\)|^(?:model )?length is \d+)",
+    [("22.5 GiB KV cache is needed, which is larger than the available KV cache memory (17.39 GiB).", {"part": "GiB KV cache is needed"}),
+     ("memory (0.6 GiB). Based on the available memory, the estimated maximum model", {"part": "memory (0.6 GiB)"}),
+     ("length is 2832.", {"part": "length is 2832"})])
 pat("insufficient_kv_v0", "V0 <=0.10", "is larger than the maximum number of tokens",
     r"max seq len \((?P<max_seq_len>\d+)\) is larger than the maximum number of tokens that can be stored in KV cache \((?P<kv_tokens>\d+)\)",
     [("ValueError: The model's max seq len (16000) is larger than the maximum number of tokens that can be stored in KV cache (2368). Try increasing `gpu_memory_utilization`",
