@@ -59,3 +59,19 @@ def test_repeated_identical_long_lines_are_not_a_wrap():
 def test_very_wide_equal_rows_are_not_a_wrap():
     row = "x" * 2000 + "\n"
     assert detect_hard_wrap(io.BufferedReader(io.BytesIO((row * 5).encode()))) is None
+
+
+def test_a_table_of_equal_rows_is_not_a_wrap():
+    # `kubectl get pods` rows share their width by design; before, they were joined as a 64-column wrap and
+    # the shell error under them ("sh: 1: X: not found", a failed start's cause) was lost inside the join
+    table = (
+        "NAME                        READY   STATUS    RESTARTS      AGE\n"
+        "qwen-multinode-0-vllm-0-0   0/1     Running   0             54s\n"
+        "qwen-multinode-0-vllm-0-1   0/1     Error     3 (31s ago)   54s\n"
+        "qwen-multinode-0-vllm-1-0   0/1     Running   0             54s\n"
+        "qwen-multinode-0-vllm-1-1   0/1     Error     3 (30s ago)   54s\n"
+        "sh: 1: Leader_Node_Address: not found\n"
+    )
+    assert detect_hard_wrap(io.BufferedReader(io.BytesIO(table.encode()))) is None
+    # the same width cut through text (no shared gutter) is still a wrap
+    assert detect_hard_wrap(io.BufferedReader(io.BytesIO(wrap(LOG, 64).encode()))) == 64

@@ -111,7 +111,10 @@ _RUNTIME_MARKERS = ("EngineCore encountered a fatal error", "AsyncLLM output_han
 # failing a utility call (vllm 0.11.2 vllm/v1/engine/core.py:918 "Invocation of %s method failed")
 _RUNTIME_LINE = re.compile(r"\b(?:chatcmpl|cmpl|embd)-[0-9a-f]{8}|\bfor request (?:chatcmpl|cmpl|[\w-]{12,})|\bInvocation of \w+ method failed"
                            # one request's prompt longer than max_model_len (vllm/v1/engine/processor.py input validation)
-                           r"|\bprompt \(length \d+\) is longer than the maximum model length")
+                           r"|\bprompt \(length \d+\) is longer than the maximum model length"
+                           # NIXL's handshake with a remote engine runs in the background for a request's KV load
+                           # (vllm 0.13.0 nixl_connector.py:1134-1158, from start_load_kv at :1953)
+                           r"|\bHandshake with [\w-]+ failed\b")
 # an ERROR logged by the OpenAI server's request handlers (vllm/entrypoints/openai/serving_*.py): a request
 # was being served
 _SERVING_HEAD = re.compile(r"(?:ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?serving_\w+\.py:\d+\]")
@@ -135,6 +138,11 @@ _ATTR_MSG = re.compile(r"^'[\w.]+' object has no attribute '\w+'$")
 _FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9]*(?:-[a-z0-9]+)+\b")
 # Python's warnings module: "path.py:LINE: CategoryWarning: message"
 _PY_WARNING = re.compile(r"^\S+\.py:\d+: \w*Warning: ")
+DEVICE_WARNING_LINES = 20  # how far from a devices cause torch's probe warning may be to explain it
+# torch's device probe saying why it sees no device ("torch/cuda/__init__.py:129: UserWarning: CUDA initialization:
+# Unexpected error from cudaGetDeviceCount() ...", "torch/xpu/__init__.py:74: UserWarning: XPU device count is zero!"):
+# the reason behind vLLM's "Failed to infer device type" / "No CUDA GPUs are available"
+_TORCH_DEVICE_WARNING = re.compile(r"torch/(?:cuda|xpu|npu|mps)/__init__\.py:\d+: (?P<w>UserWarning: [^\n]{4,400}?)(?=Traceback \(|$)")
 # the next line of a plain (unlogged) exception message: a sentence, not another record, warning or path
 _CONTINUATION = re.compile(r"^(?:[A-Z][a-z]|'[\w.]+' object\b)")
 _NOT_CONTINUATION = re.compile(r"[Ww]arning\b|\d{4}-\d\d-\d\d[T ]\d\d:\d\d|^\S+\.py:\d+|\[rank\d+\]")
@@ -143,6 +151,16 @@ _QUOTED_EXC = re.compile(r"""^["'](?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)
 _CUT_FRAME = re.compile(r'^[^"\s]+\.py", line \d+, in \w+$')
 # a message that starts with one of vLLM's parameter names (`max_num_scheduled_tokens is set to -1792, …`)
 _PARAM_LEAD = re.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)+ ")
+# the worker's message inside vLLM's relay: "Worker failed with error '<msg>', please check …" (0.8.5+), and
+# 0.8.x's tuple repr "('Worker failed with error %s, please check …', \"<msg>\")"
+_RELAYED = re.compile(r"""Worker failed with error (?:'(?P<a>[^\n]*?)', please check|%s, please check[^'"]{0,80}', (?P<q>["'])(?P<b>[^\n]*)(?P=q)\))""")
+
+
+def _unquote(text: str) -> str:
+    """A line that is one quoted string as a reporter pastes it ("…", '…', `…`): its content; else the line."""
+    if len(text) > 2 and text[0] == text[-1] and text[0] in "\"'`" and text[0] not in text[1:-1]:
+        return text[1:-1].strip()
+    return text
 _WARNING_EXC = re.compile(r"Warning$")
 # a string literal of a raise statement's message, as a traceback prints the source ("raise X(\"...\" ")
 _LITERAL = re.compile(r'"((?:[^"\\]|\\.)*)"|\'((?:[^\'\\]|\\.)*)\'')
@@ -241,6 +259,8 @@ class StartupTracker:
         self._join_from = 0  # the line number of an uncatalogued cause the next line may continue (a hard wrap)
         self._refine_until = 0  # a wrapper cause (NCCL's "unhandled cuda error") the next lines may state more exactly
         self._bare: _Candidate | None = None  # an exception line without any log evidence (a one-line paste)
+        self._relayed: _Candidate | None = None  # the worker's message as vLLM's executor relays it
+        self._device_warning: tuple[int, str] | None = None  # torch's device probe warning (line, text)
         self._weak: _Candidate | None = None  # a catalogued cause vLLM logged at WARNING (it waits, then fails)
         self._warning_tail = 0  # the line that continues a Python warning ("x.py:7: RuntimeWarning: …:")
         self._error_line: _Candidate | None = None  # vLLM's first ERROR record that states no exception (last resort)
@@ -270,11 +290,13 @@ class StartupTracker:
             elif "Uvicorn running on" in text or "Avg prompt throughput" in text or m is None and "ERROR" not in text:
                 self.served_line, self.lifespan_line = self.lifespan_line, 0
             return
+        if self._device_warning is None and "Warning: " in text and (dw := _TORCH_DEVICE_WARNING.search(line.raw)):
+            self._device_warning = (line.number, dw.group("w").strip())
         if any(s in text for s in _STARTED) or "Avg prompt throughput" in text:
             if not self.echoes and not self.deaths:
                 # an exception before this line did not stop the start (e.g. a WARNING traceback)
                 self.cause = None
-                self._bare = self._weak = None
+                self._bare = self._weak = self._relayed = None
                 if "Application startup complete" in text:
                     self.lifespan_line = line.number
                 else:
@@ -407,6 +429,14 @@ class StartupTracker:
             self._set_cause(line, proc, body_s, m, exc, None, {}, tb)
             return
         if echo:
+            rm = _RELAYED.search(body_s)
+            if rm and self._relayed is None:
+                # vLLM's executor relays the failing worker's exception text ("Worker failed with error '<msg>'";
+                # 0.8.x printed it as a tuple): that text, when the worker's own traceback is not in the excerpt
+                msg = (rm.group("a") or rm.group("b") or "").strip()
+                if len(msg) >= 8:
+                    self._relayed = self._candidate(line, proc, msg, self.cat.match(msg), None, "unknown",
+                                                    {"relayed_by": body_s[:200]}, None)
             return
         pm = _PYDANTIC_ITEM.match(body_s)
         if pm and pm.group("value_error") and not self._validation and self._bare is None:
@@ -446,11 +476,12 @@ class StartupTracker:
             inner = tm.group("exc_text")
             self._bare = self._candidate(line, proc, inner, self.cat.match(inner), tm.group("name"), "unknown",
                                          {"quoted_in_prose": "yes"}, None)
-        elif em is None and self._bare is None and not code_line and level in (None, "ERROR") and 24 <= len(body_s) <= 600 \
-                and death is None \
-                and (body_s[:1].isupper() or _PARAM_LEAD.match(body_s)) and harvested_source(body_s) is not None:
-            # the message of one of vLLM's raises printed without its exception name (a print, a relay)
-            self._bare = self._candidate(line, proc, body_s, None, None, "unknown", {}, None)
+        elif em is None and self._bare is None and not code_line and level in (None, "ERROR") \
+                and 24 <= len(unq := _unquote(body_s)) <= 600 and death is None \
+                and (unq[:1].isupper() or _PARAM_LEAD.match(unq)) and harvested_source(unq) is not None:
+            # the message of one of vLLM's raises printed without its exception name (a print, a relay, a line
+            # a reporter quotes whole: "Speculative decoding is not yet supported on VLLM V1")
+            self._bare = self._candidate(line, proc, unq, None, None, "unknown", {}, None)
         elif em and exc and not _WARNING_EXC.search(exc) and not vm and self._bare is None \
                 and not exc.endswith(("KeyboardInterrupt", "SystemExit", "CancelledError")):
             # no evidence it is log output: the cause only if nothing better shows (a one-line paste)
@@ -594,6 +625,8 @@ class StartupTracker:
             if w is not None and (c is None and shown or c is not None and w.line < c.line and c.match is not None
                                   and w.match is not None and w.match.entry.cls == c.match.entry.cls):
                 c = w  # the same failure, first stated as vLLM's warning
+            if c is None and self._relayed is not None:
+                c = self._relayed
             if c is None and self._bare is not None:
                 c = self._bare
             if c is None and shown and self._error_line is not None:
@@ -649,6 +682,11 @@ class StartupTracker:
                            fix=("Correct the setting the message names." if cls == "config"
                                 else "Not a catalogued start-up failure: read the exception at the cause line "
                                      "and the traceback above it."))
+            dw = self._device_warning
+            if dw is not None and out["cause_class"] == "devices" and abs(dw[0] - c.line) <= DEVICE_WARNING_LINES:
+                # vLLM says it found no device; torch's probe, logged beside it, says why
+                out["details"] = {**out["details"], "torch_device_warning": dw[1]}
+                out["cause_text"] = f"{out['cause_text']} (torch {dw[1]})"
             return out
         if not failed:
             return out

@@ -1493,7 +1493,13 @@ def detect_hard_wrap(fh: BinaryIO, name: str = "<input>") -> int | None:
     if not WRAP_MIN_WIDTH <= width <= WRAP_MAX_WIDTH:
         return None
     widest = {r for r, n in zip(rows, lens) if n == width}
-    return width if len(widest) >= WRAP_MIN_ROWS else None
+    if len(widest) < WRAP_MIN_ROWS:
+        return None
+    # rows of one width with a gutter of spaces at the same column are a table (`kubectl get pods`, `ray
+    # status`, `nvidia-smi`), not a wrap: a terminal cuts text wherever the width falls
+    texts = [r.rstrip(b"\r").decode("utf-8", "replace") for r in widest]
+    gutters = set.intersection(*({i for i in range(len(t) - 1) if t[i] == " " == t[i + 1]} for t in texts))
+    return None if gutters else width
 
 
 def unwrap_lines(lines: Iterator[Line], width: int) -> Iterator[Line]:
