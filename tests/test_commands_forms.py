@@ -55,6 +55,10 @@ FORMS = {
     "underscore_number": f'llm = LLM(model="{M}", max_model_len=8_192, tensor_parallel_size=2)',
     "size_suffix": f"vllm serve {M} --max-model-len 8K --tensor-parallel-size 2",
     "underscore_flags": f"vllm serve {M} --max_model_len 8192 --tensor_parallel_size 2",
+    # a deployment wrapper's own log record echoing the command it runs (python logging's default format)
+    "wrapper_record": f"2025-06-20 20:03:33,664 - __main__ - INFO - Command: python -m vllm.entrypoints.openai.api_server "
+                      f"--model {M} --max-model-len 8192 --tensor-parallel-size 2",
+    "i_ran_python_m": f"I ran python -m vllm.entrypoints.openai.api_server --model {M} --max-model-len 8192 -tp 2",
 }
 
 

@@ -203,7 +203,8 @@ _ANCHOR = re.compile(
 # a user reporting what they ran (the command after it is this run's): "I ran", "Running", "launched with"
 _RAN_LEAD = re.compile(r"(?:\bI(?:'m| am)?\s+(?:ran|run|running|launched|launch|started|start|used|use|executed)"
                        r"|\b[Rr]unning|\b(?:[Ll]aunched|[Ss]tarted|[Ss]erved|[Dd]eployed)\s+(?:it\s+)?(?:with|using|via|by)"
-                       r"|\bcommand(?:\s+(?:is|was|used))?\s*[:=]?|\bcmd\s*[:=]|\busing)\W*$")
+                       r"|\b[Cc]ommand(?:\s+(?:is|was|used))?\s*[:=]?|\b[Cc]md\s*[:=]|\busing)\W*$")
+_RAN_LEAD_AT = re.compile(_RAN_LEAD.pattern.removesuffix(r"\W*$"))
 # a reply suggesting a command: not the run's
 _ADVICE = re.compile(r"\b(?:try|Try|could|should|e\.g\.|[Ee]xample|suggest|recommend|instead|consider|maybe|perhaps"
                      r"|[Pp]lease|docs?\b|documentation|[Ii]f you|you can|You can|you may|need to|must|[Uu]sage)\b")
@@ -259,7 +260,14 @@ def _is_user_context(before: str) -> bool:
     if _shell_prefix(b):
         return True
     tail = b.rstrip().rstrip("`\"'").rstrip()
-    return bool(_RAN_LEAD.search(tail + " ")) or b.rstrip().endswith("`")
+    if _RAN_LEAD.search(tail + " ") or b.rstrip().endswith("`"):
+        return True
+    # a lead, then shell words before the command ("I ran python -m vllm…", a wrapper's log record
+    # "… - INFO - Command: python -m vllm.entrypoints…")
+    lead = None
+    for lead in _RAN_LEAD_AT.finditer(b):
+        pass
+    return lead is not None and _shell_prefix(b[lead.end():].lstrip("`\"' "))
 
 
 def _cut(text: str) -> str:
