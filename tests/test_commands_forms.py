@@ -58,6 +58,7 @@ FORMS = {
     # a deployment wrapper's own log record echoing the command it runs (python logging's default format)
     "wrapper_record": f"2025-06-20 20:03:33,664 - __main__ - INFO - Command: python -m vllm.entrypoints.openai.api_server "
                       f"--model {M} --max-model-len 8192 --tensor-parallel-size 2",
+    "starship_prompt": f"\u276f CUDA_VISIBLE_DEVICES=0,1 vllm serve {M} --max-model-len 8192 --tensor-parallel-size 2",
     "i_ran_python_m": f"I ran python -m vllm.entrypoints.openai.api_server --model {M} --max-model-len 8192 -tp 2",
 }
 

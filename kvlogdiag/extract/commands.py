@@ -211,7 +211,7 @@ _ADVICE = re.compile(r"\b(?:try|Try|could|should|e\.g\.|[Ee]xample|suggest|recom
 # The words that may stand before a command in a shell line, one word at a time (a regex over the whole
 # prefix would backtrack exponentially on a long hostile line): prompts, list bullets, line numbers,
 # env assignments, wrappers and their options, paths, host:port, images, numbers, quoted words.
-_PROMPT_WORD = re.compile(r"\S*[#$>%]|\([\w.-]+\)|[-*+>]|\d+[:.)]|`+")
+_PROMPT_WORD = re.compile(r"\S*[#$>%\u276f\u279c\u00bb\u03bb]|\([\w.-]+\)|[-*+>]|\d+[:.)]|`+")
 _SHELL_WORD = re.compile(
     r"export|[A-Za-z_][A-Za-z0-9_]*=\S*"
     r"|nohup|exec|time|sudo|env|nice|stdbuf|numactl|taskset|srun|salloc|mpirun|mpiexec|torchrun|ray|uv|uvx|pipx"
