@@ -264,10 +264,8 @@ def _is_user_context(before: str) -> bool:
         return True
     # a lead, then shell words before the command ("I ran python -m vllm…", a wrapper's log record
     # "… - INFO - Command: python -m vllm.entrypoints…")
-    lead = None
-    for lead in _RAN_LEAD_AT.finditer(b):
-        pass
-    return lead is not None and _shell_prefix(b[lead.end():].lstrip("`\"' "))
+    ends = [m.end() for m in _RAN_LEAD_AT.finditer(b)]
+    return bool(ends) and _shell_prefix(b[ends[-1]:].lstrip("`\"' "))
 
 
 def _cut(text: str) -> str:

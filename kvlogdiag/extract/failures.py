@@ -138,6 +138,11 @@ _ATTR_MSG = re.compile(r"^'[\w.]+' object has no attribute '\w+'$")
 _FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9]*(?:-[a-z0-9]+)+\b")
 # Python's warnings module: "path.py:LINE: CategoryWarning: message"
 _PY_WARNING = re.compile(r"^\S+\.py:\d+: \w*Warning: ")
+# vLLM turning off the hybrid KV cache manager (0.32.0 vllm/config/vllm.py:2179-2189, "because `--kv-transfer-config`
+# …"; older releases name other reasons) or finding it off for a hybrid model (v1/core/kv_cache_utils.py:1816-1821:
+# "we do not enable any optimizations for saving KV cache memory"): every layer then keeps full-length KV
+_HMA_OFF = re.compile(r"Turning off hybrid kv cache manager because [^\n]{0,200}?(?=\.\.\.|\. |$)"
+                      r"|Hybrid KV cache manager is disabled for this hybrid model")
 DEVICE_WARNING_LINES = 20  # how far from a devices cause torch's probe warning may be to explain it
 # torch's device probe saying why it sees no device ("torch/cuda/__init__.py:129: UserWarning: CUDA initialization:
 # Unexpected error from cudaGetDeviceCount() ...", "torch/xpu/__init__.py:74: UserWarning: XPU device count is zero!"):
@@ -154,6 +159,15 @@ _PARAM_LEAD = re.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)+ ")
 # the worker's message inside vLLM's relay: "Worker failed with error '<msg>', please check …" (0.8.5+), and
 # 0.8.x's tuple repr "('Worker failed with error %s, please check …', \"<msg>\")"
 _RELAYED = re.compile(r"""Worker failed with error (?:'(?P<a>[^\n]*?)', please check|%s, please check[^'"]{0,80}', (?P<q>["'])(?P<b>[^\n]*)(?P=q)\))""")
+
+
+_RECORD_LOC = re.compile(r"(?:ERROR|CRITICAL) \d\d-\d\d [\d:.,]+ \[?([\w.-]+\.py:\d+)\]")
+
+
+def _record_loc(text: str) -> str | None:
+    """The ``file.py:N`` of a vLLM log record's head: two records of one logging call share it."""
+    m = _RECORD_LOC.search(text, 0, HEAD_WINDOW)
+    return m.group(1) if m else None
 
 
 def _unquote(text: str) -> str:
@@ -261,9 +275,12 @@ class StartupTracker:
         self._bare: _Candidate | None = None  # an exception line without any log evidence (a one-line paste)
         self._relayed: _Candidate | None = None  # the worker's message as vLLM's executor relays it
         self._device_warning: tuple[int, str] | None = None  # torch's device probe warning (line, text)
+        self._hma_off: tuple[int, str] | None = None  # vLLM turning the hybrid KV cache manager off (line, text)
         self._weak: _Candidate | None = None  # a catalogued cause vLLM logged at WARNING (it waits, then fails)
         self._warning_tail = 0  # the line that continues a Python warning ("x.py:7: RuntimeWarning: …:")
         self._error_line: _Candidate | None = None  # vLLM's first ERROR record that states no exception (last resort)
+        self._prev_error: tuple[Line, str | None, str | None, str] | None = None  # the last plain ERROR record
+        self._logged_exc: _Candidate | None = None  # str(e) that logger.exception printed above its traceback
         # a cause whose message may go on on the next lines: (candidate, last line, process, level, lines left)
         self._continue: tuple[_Candidate, int, str | None, str | None, int] | None = None
         self._ignore_next: set[str | None] = set()  # processes whose next traceback Python reports as ignored
@@ -292,6 +309,9 @@ class StartupTracker:
             return
         if self._device_warning is None and "Warning: " in text and (dw := _TORCH_DEVICE_WARNING.search(line.raw)):
             self._device_warning = (line.number, dw.group("w").strip())
+        if self._hma_off is None and ("ybrid kv cache manager" in text or "ybrid KV cache manager" in text) \
+                and (hm := _HMA_OFF.search(text)):
+            self._hma_off = (line.number, hm.group(0).rstrip(". "))
         if any(s in text for s in _STARTED) or "Avg prompt throughput" in text:
             if not self.echoes and not self.deaths:
                 # an exception before this line did not stop the start (e.g. a WARNING traceback)
@@ -360,6 +380,15 @@ class StartupTracker:
             self._ignore_next.add(proc)
             return
         if body_s.startswith("Traceback (most recent call last)"):
+            pe = self._prev_error
+            if pe is not None and self._logged_exc is None and pe[0].number == line.number - 1 and pe[1] == proc \
+                    and pe[2] is not None and pe[2] == _record_loc(line.text) and pe[2].startswith("engine.py:"):
+                # `logger.exception(e)` in V0's run_mp_engine (vllm/engine/multiprocessing/engine.py: 0.6.6.post1 l. 366,
+                # 0.7.3 l. 400, 0.8.5.post1 l. 448, 0.10.2 l. 468): str(e) on the record right above the traceback, from
+                # the same logging call. Only there: other logger.exception calls print a fixed announcement
+                # ("WorkerProc hit an exception.", "Engine background task failed")
+                self._logged_exc = self._candidate(pe[0], proc, pe[3], self.cat.match(pe[3]), None, "unknown",
+                                                   {"logged_with_its_traceback": "yes"}, None)
             self._open_tb(proc, line.number, body_s, "IGNORED" if proc in self._ignore_next else level)
             self._ignore_next.discard(proc)
             return
@@ -398,6 +427,8 @@ class StartupTracker:
             return
         echo = self.cat.is_echo(body_s)
         death = self.cat.death(body_s)
+        if level in ("ERROR", "CRITICAL") and em is None and tb is None and not echo and death is None and not code_line:
+            self._prev_error = (line, proc, _record_loc(line.text), body_s)
         if death is not None:
             self._add_death(line, proc, death)
         if echo or death is not None:
@@ -614,6 +645,8 @@ class StartupTracker:
         open_tb = self._failing_tracebacks() if not (served or self.runtime_line) else []
         if c is None and open_tb:
             c = self._raise_statement_cause()
+        if c is None and open_tb and self._logged_exc is not None:
+            c = self._logged_exc
         if c is None and open_tb and not (self.echoes or self.deaths) and all(p in self._headless for p, _ in open_tb) \
                 and not any(_STARTUP_FRAME.search(t) for p, _ in open_tb for _, t in self._tb[p]):
             # frames only, from the middle of a traceback, with no exception, no start-up frame and no echo: an
@@ -682,6 +715,11 @@ class StartupTracker:
                            fix=("Correct the setting the message names." if cls == "config"
                                 else "Not a catalogued start-up failure: read the exception at the cause line "
                                      "and the traceback above it."))
+            hw = self._hma_off
+            if hw is not None and out["cause_class"] == "memory" and hw[0] < c.line:
+                # more KV per token than the model needs: the KV figures of the error are those of full attention
+                out["details"] = {**out["details"], "hybrid_kv_cache_manager_off": f"line {hw[0]}: {hw[1]}"}
+                out["cause_text"] = f"{out['cause_text']} (after line {hw[0]}: {hw[1]})"
             dw = self._device_warning
             if dw is not None and out["cause_class"] == "devices" and abs(dw[0] - c.line) <= DEVICE_WARNING_LINES:
                 # vLLM says it found no device; torch's probe, logged beside it, says why
