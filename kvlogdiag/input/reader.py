@@ -40,6 +40,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Iterator
 
+from kvlogdiag import recache
 from kvlogdiag.catalogue.failures import prefilter_keywords as failure_keywords
 from kvlogdiag.catalogue.patterns import catalogue
 from kvlogdiag.errors import KvlogdiagError
@@ -89,21 +90,21 @@ class Line:
 # start (a catalogue keyword, a traceback, an exception). Inside the message, `normalise_message`
 # undoes what a paste adds: locale thousands separators, alignment runs of spaces, a trailing remark.
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Za-z0-9]|\x1b[=>]")
+_ANSI = recache.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Za-z0-9]|\x1b[=>]")
 _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 # docker/kubectl --timestamps: RFC 3339 with nanoseconds; CRI adds "stdout F ".
-_DOCKER_TS = re.compile(
+_DOCKER_TS = recache.compile(
     r"(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)) "
     r"(?:(?P<stream>stdout|stderr) (?P<tag>[FP]) )?"
 )
-_SYSLOG = re.compile(
+_SYSLOG = recache.compile(
     r"(?P<ts>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d) (?P<host>[\w.-]+) "
     r"(?P<ident>[\w./@-]+?)(?:\[(?P<pid>\d+)\])?: "
 )
 # docker compose logs: "name  | " (names padded to one width); kubectl logs --prefix: "[pod/p/c] "
-_COMPOSE = re.compile(r"(?P<container>[A-Za-z0-9][\w.@-]*) *\| ")
-_COMPOSE_NAMED = re.compile(r"[A-Za-z0-9][\w.-]*[-_]\d+ +\| ")  # compose's names: project-service-N (v1: _N)
-_KUBE_PREFIX = re.compile(r"\[pod/(?P<pod>[^/\]\s]+)/(?P<container>[^\]\s]+)\] ")
+_COMPOSE = recache.compile(r"(?P<container>[A-Za-z0-9][\w.@-]*) *\| ")
+_COMPOSE_NAMED = recache.compile(r"[A-Za-z0-9][\w.-]*[-_]\d+ +\| ")  # compose's names: project-service-N (v1: _N)
+_KUBE_PREFIX = recache.compile(r"\[pod/(?P<pod>[^/\]\s]+)/(?P<container>[^\]\s]+)\] ")
 # vLLM process prefixes, all versions (see docs/vllm-log-format.md, 1.2).
 _PROC_BODY = (
     r"\((?P<name>APIServer(?:_\d+)?|EngineCore(?:_DP\d+|_\d+)?|Worker(?:_[A-Z]+\d+)*"
@@ -111,21 +112,21 @@ _PROC_BODY = (
     r"|[A-Za-z][\w-]*(?:Worker|Engine|Server|Process)[\w-]*)"
     r" pid=(?P<pid>\d+)(?:, ip=(?P<ip>[\w.:-]+))?\) ?"
 )
-_PROC = re.compile(_PROC_BODY)
+_PROC = recache.compile(_PROC_BODY)
 # the vLLM line head (any version): used to find where a VLLM_LOGGING_PREFIX ends
-_HEAD = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d ")
+_HEAD = recache.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d ")
 # the vLLM record head: a process prefix, or the level + date head (<= 0.7 "file.py:N]", later "[file.py:N]")
-_RECORD_HEAD = re.compile(
+_RECORD_HEAD = recache.compile(
     r"(?P<proc>" + _PROC_BODY + r")"
     r"|(?<![\w-])(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? "
 )
 RECORD_WINDOW = 300  # a head further into the line is text the message quotes, not its head
 # the head of a line logged through Python's logging by an application around vLLM
-_PYLOG_HEAD = re.compile(
+_PYLOG_HEAD = recache.compile(
     r"(?<!\d)\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)? - [\w.-]+ - (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) - "
 )
 # characters that stand before a message in pastes and tool output, when no head says where it starts
-_ENV_CHARS = re.compile(
+_ENV_CHARS = recache.compile(
     r"(?:[ \t]+|>+ ?|[-*+\u2022] |#+ |[$%] |\|+ ?|`+|\d+(?:[:\t]|-(?=\D)| (?= ))|[\w./-]+:\d+[:-]"
     r"|\d{4}-\d\d-\d\d[T ][\d:.,]+(?:Z|[+-]\d\d:?\d\d)? |\[[^\]\s][^\]]{0,80}\] ?"
     r"|(?!(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) )[A-Za-z0-9][\w.@-]* *\| )+"
@@ -138,7 +139,7 @@ _KNOWN_START: list["re.Pattern[str]"] = []  # built on first use, from the catal
 _KEYWORD_RX: list["re.Pattern[str]"] = []
 _MARKS = ">|*-+#$%`\u2022]"  # marks a separator space follows (the space belongs to the envelope)
 _CLOSERS = "|`\"'"  # an envelope that opens with one of these closes the line with it too
-_SHAPE_TOKENS = re.compile(r"\d+| +|[^\d ]")
+_SHAPE_TOKENS = recache.compile(r"\d+| +|[^\d ]")
 
 
 # process prefix text -> (rank, ip), or False when it is not a prefix (split_envelope's fast path)
@@ -207,22 +208,24 @@ class Envelopes:
 
 
 def _keywords() -> list[str]:
-    return sorted({kw for p in catalogue() for kw in p.keywords} | set(failure_keywords()), key=len, reverse=True)
+    # longest first (an alternation tries them in order); ties by text, so the pattern is the same in every
+    # process (a set's order changes with the hash seed) and its compiled program can be cached (kvlogdiag.recache)
+    return sorted({kw for p in catalogue() for kw in p.keywords} | set(failure_keywords()), key=lambda k: (-len(k), k))
 
 
 def _known_start() -> "re.Pattern[str]":
     """A catalogue keyword, a traceback, an exception or a uvicorn level at this position."""
     if not _KNOWN_START:
         starts = {k.strip() for k in _keywords()}
-        alts = [k for k in sorted(starts, key=len, reverse=True) if len(k) >= 5 and k not in _LEVELS]
-        _KNOWN_START.append(re.compile(_KNOWN_START_FIXED + "|" + "|".join(re.escape(k) for k in alts)))
+        alts = [k for k in sorted(starts, key=lambda k: (-len(k), k)) if len(k) >= 5 and k not in _LEVELS]
+        _KNOWN_START.append(recache.compile(_KNOWN_START_FIXED + "|" + "|".join(re.escape(k) for k in alts)))
     return _KNOWN_START[0]
 
 
 def _keyword_rx() -> "re.Pattern[str]":
     """Any catalogue (or start-up tracker) keyword: a remark holding one may be vLLM's own text."""
     if not _KEYWORD_RX:
-        _KEYWORD_RX.append(re.compile("|".join(re.escape(k) for k in _keywords())))
+        _KEYWORD_RX.append(recache.compile("|".join(re.escape(k) for k in _keywords())))
     return _KEYWORD_RX[0]
 
 
@@ -360,25 +363,25 @@ def split_envelope_general(raw: str, envs: "Envelopes | None" = None) -> tuple[s
 # a number grouped with a locale's thousands separator ("2.918.000", "2 918 000", "2'918'000", narrow
 # no-break space); the comma is left alone: vLLM prints "485,088" itself and the patterns read it,
 # while "[512,504,496]" is a list, and a single ",ddd" may be a decimal comma ("1,234 GiB")
-_GROUPED = re.compile(
+_GROUPED = recache.compile(
     r"(?<![\w.,'\u2019\u202f\u00a0\u2009])\d{1,3}(?P<sep>[.'\u2019\u202f\u00a0\u2009 ])\d{3}(?:(?P=sep)\d{3})*"
     r"(?![\w\u202f\u00a0\u2009]|[.,'\u2019]\d)"
 )
-_COUNT_UNIT = re.compile(r" (?:tokens|blocks|reqs|requests|seqs|sequences)\b")  # units of whole numbers
-_GROUP_HINT = re.compile("[0-9][.'\u2019\u202f\u00a0\u2009 ][0-9]{3}")
+_COUNT_UNIT = recache.compile(r" (?:tokens|blocks|reqs|requests|seqs|sequences)\b")  # units of whole numbers
+_GROUP_HINT = recache.compile("[0-9][.'\u2019\u202f\u00a0\u2009 ][0-9]{3}")
 NUMBER_WINDOW = 400  # a grouped number is looked for this far into the line: the figures' lines are short
 # longer lines are dumps vLLM formats itself (config, args, request prompts): their numbers and spacing
 # are left alone (a trailing remark is still dropped)
 NORMALISE_MAX_CHARS = 1000
 REMARK_MAX_CHARS = 200
 # the end of the vLLM (or uvicorn) head inside a line's text, and the message's own indentation after it
-_MSG_START = re.compile(
+_MSG_START = recache.compile(
     r"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? (?:\[[^\]]*\]|[\w.-]+:\d+\])? ?"
     r"|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[ \t]+)?[ \t]*"
 )
-_ALIGN = re.compile(r"(?<=\S)(?:[ \t]{2,}|\t)(?=\S)")
-_REMARK = re.compile(r"(?<=\S)[ \t]+#[ \t].*$")
-_LOGO = re.compile("[\u2580-\u259f]")  # vLLM's ASCII logo: its alignment is what the logo patterns read
+_ALIGN = recache.compile(r"(?<=\S)(?:[ \t]{2,}|\t)(?=\S)")
+_REMARK = recache.compile(r"(?<=\S)[ \t]+#[ \t].*$")
+_LOGO = recache.compile("[\u2580-\u259f]")  # vLLM's ASCII logo: its alignment is what the logo patterns read
 
 
 def _ungroup(m: "re.Match[str]") -> str:
@@ -931,7 +934,7 @@ def _anchored(pivot: bytes, entries: list[tuple[int, bytes]]) -> "re.Pattern[byt
             alts += [b"(?<=" + re.escape(kw) + b")" for kw in sorted(node[None])]
         return alts[0] if len(alts) == 1 else b"(?:" + b"|".join(alts) + b")"
 
-    return re.compile(re.escape(pivot) + emit(root))
+    return recache.compile(re.escape(pivot) + emit(root))
 
 
 class _Finder:
@@ -1264,10 +1267,10 @@ def _read_jobs() -> int:
 
 def _parallel_setup(fh: BinaryIO, prefilter: "re.Pattern[bytes]") -> tuple[int, int, int, int] | None:
     """(fd, start offset, units, jobs) when ``fh`` should be searched in parallel, else None."""
-    if not sys.platform.startswith("linux") or _keywords_for(prefilter) is None:
+    if not sys.platform.startswith("linux"):
         return None
     size = _file_size(fh)
-    if size < PARALLEL_MIN_BYTES:
+    if size < PARALLEL_MIN_BYTES or _keywords_for(prefilter) is None:  # the size first: a small file needs no keywords
         return None
     fd, start = fh.fileno(), fh.tell()
     jobs = _read_jobs()
@@ -1468,7 +1471,7 @@ WRAP_MIN_WIDTH = 60
 WRAP_MAX_WIDTH = 400  # terminals and web views wrap at 80-320 columns; longer equal rows are repeats
 WRAP_MIN_ROWS = 3  # distinct rows of exactly the widest length
 WRAP_SLACK = 25  # a row this much shorter than the width may still have been wrapped (at a word)
-_LINE_START = re.compile(
+_LINE_START = recache.compile(
     r"""^(?:\s*$|\s{2,}|\t|[`#>|*-]|\(|\[|\{|\d{4}-\d\d-\d\d|[A-Z][a-z]{2}\ [\ \d]\d\ \d\d:
     |(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\b|Traceback|Loading|Capturing|Processed|Adding|[\w.-]+\s+\|)""",
     re.X,
