@@ -25,7 +25,7 @@ import json
 import os
 import re
 import sys
-from typing import Any, AnyStr
+from typing import Any, AnyStr, Callable
 
 try:
     import _sre
@@ -48,11 +48,12 @@ TAG = (f"{sys.implementation.name} {sys.version} sre {getattr(_sre, 'MAGIC', Non
        f"{sys.byteorder}")
 
 # (kind, pattern text, flags) → [flags, program (base64), groups, groupindex, indexgroup]; kind "s" (str) or "b" (bytes,
-# held as latin-1 text)
+# held as latin-1 text); kind "d:NAME" holds a `derived` value (flags 0) as [value]
 _disk: dict[tuple[str, str, int], list] | None = None
 _new: dict[tuple[str, str, int], list] = {}
 _memo: dict[tuple[str, str, int], re.Pattern] = {}  # this process's objects: a repeated call costs one lookup
 _registered = False
+_writable: bool | None = None
 
 
 def _cache_file() -> str | None:
@@ -73,8 +74,9 @@ def _load() -> dict[tuple[str, str, int], list]:
                     raw = fh.read(MAX_CACHE_BYTES + 1)
                 doc = json.loads(raw) if len(raw) <= MAX_CACHE_BYTES else None
                 if isinstance(doc, dict) and doc.get("tag") == TAG and isinstance(doc.get("entries"), list):
-                    _disk = {(e[0], e[1], e[2]): e[3:] for e in doc["entries"]
-                             if isinstance(e, list) and len(e) == 8 and isinstance(e[1], str) and isinstance(e[2], int)}
+                    _disk = {(e[0], e[1], e[2]): e[3] for e in doc["entries"]
+                             if isinstance(e, list) and len(e) == 4 and isinstance(e[0], str) and isinstance(e[1], str)
+                             and isinstance(e[2], int) and isinstance(e[3], list)}
             except (OSError, ValueError, TypeError, RecursionError):
                 _disk = {}
     return _disk
@@ -100,7 +102,6 @@ def _program(pattern: AnyStr, flags: int) -> list:
 
 def compile(pattern: AnyStr, flags: int | re.RegexFlag = 0) -> re.Pattern[AnyStr]:  # noqa: A001 - re.compile's name
     """`re.compile(pattern, flags)`, built from the cached program when this exact pattern was compiled before."""
-    global _registered
     flags = int(flags)
     if _TYPECODE is None or flags & re.DEBUG:
         return re.compile(pattern, flags)
@@ -130,11 +131,60 @@ def compile(pattern: AnyStr, flags: int | re.RegexFlag = 0) -> re.Pattern[AnyStr
     except Exception:  # noqa: BLE001 - whatever the interpreter's internals do, re.compile's object is the answer
         ok = False
     if ok:
-        _new[key] = program
-        if not _registered:
-            _registered = True
-            atexit.register(flush)
+        _remember(key, program)
     return compiled
+
+
+def _remember(key: tuple[str, str, int], payload: list) -> None:
+    global _registered
+    _new[key] = payload
+    if not _registered:
+        _registered = True
+        atexit.register(flush)
+
+
+def writable() -> bool:
+    """Whether what is computed now can be kept for the next run (the cache directory exists and is writable,
+    or can be created)."""
+    global _writable
+    if _writable is None:
+        path = _cache_file() if _TYPECODE else None
+        d = os.path.dirname(path) if path else None
+        while d and not os.path.isdir(d):
+            parent = os.path.dirname(d)
+            d = None if parent == d else parent
+        _writable = bool(d) and os.access(d, os.W_OK | os.X_OK)  # type: ignore[arg-type]
+    return bool(_writable)
+
+
+def cached(name: str, key: str) -> list | None:
+    """``[value]`` when `derived` has a value for (``name``, ``key``) in the cache file, else None (nothing is computed)."""
+    entry = _load().get(("d:" + name, key, 0)) if _TYPECODE else None
+    if entry is None:
+        entry = _new.get(("d:" + name, key, 0))
+    return entry if entry is not None and len(entry) == 1 else None
+
+
+def derived(name: str, key: str, compute: Callable[[], Any], check: Callable[[Any], bool]) -> Any:
+    """``compute()``, a JSON value that depends only on ``key`` (and this interpreter), kept in the same file:
+    e.g. the keywords of the prefilter regex, which `re`'s parser gives in ~10 ms. A cached value is used only
+    when ``check`` accepts it; else it is computed again."""
+    k = ("d:" + name, key, 0)
+    entry = _load().get(k) if _TYPECODE else None
+    if entry is not None and len(entry) == 1:
+        try:
+            if check(entry[0]):
+                return entry[0]
+        except Exception:  # noqa: BLE001 - a damaged entry: compute it
+            pass
+    value = compute()
+    if _TYPECODE and _cache_file() is not None:
+        try:
+            if json.loads(json.dumps(value)) == value:
+                _remember(k, [value])
+        except (TypeError, ValueError, RecursionError):
+            pass
+    return value
 
 
 def flush() -> None:
@@ -154,7 +204,7 @@ def flush() -> None:
         from kvlogdiag.fileio import write_atomic
 
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        write_atomic(path, json.dumps({"tag": TAG, "entries": [[*k, *v] for k, v in merged.items()]}))
+        write_atomic(path, json.dumps({"tag": TAG, "entries": [[*k, v] for k, v in merged.items()]}))
         _disk = merged
     except (OSError, ValueError, TypeError):
         pass

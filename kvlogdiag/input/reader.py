@@ -29,6 +29,7 @@ import bz2
 import codecs
 import gzip
 import io
+import json
 import lzma
 import os
 import re
@@ -867,6 +868,7 @@ _NUMPY_MIN_CHUNK = 64 << 10  # smaller chunks: numpy's per-call overhead does no
 SPANS_FINDER_MIN = 16 << 10  # candidate_spans: smaller chunks use the regex
 _KEYWORDS: dict = {}
 _FINDERS: dict = {}
+_CHEAP: dict = {}  # prefilter → whether its finder comes from the cache (`_finder_is_cheap`)
 _BIGRAM_FINDERS: dict = {}
 
 
@@ -918,8 +920,8 @@ def _literal_alternatives(rx: "re.Pattern[bytes]") -> list[bytes] | None:
     return sorted(set(kws))
 
 
-def _anchored(pivot: bytes, entries: list[tuple[int, bytes]]) -> "re.Pattern[bytes]":
-    """Regex matching at an occurrence of ``pivot`` that sits at offset ``i`` of keyword ``kw``,
+def _anchored(pivot: bytes, entries: list[tuple[int, bytes]]) -> bytes:
+    """Regex (its text) matching at an occurrence of ``pivot`` that sits at offset ``i`` of keyword ``kw``,
     for each (i, kw): the rest of the keyword (as a trie), then a look-behind for all of it."""
     root: dict = {}
     for i, kw in entries:
@@ -934,7 +936,40 @@ def _anchored(pivot: bytes, entries: list[tuple[int, bytes]]) -> "re.Pattern[byt
             alts += [b"(?<=" + re.escape(kw) + b")" for kw in sorted(node[None])]
         return alts[0] if len(alts) == 1 else b"(?:" + b"|".join(alts) + b")"
 
-    return recache.compile(re.escape(pivot) + emit(root))
+    return re.escape(pivot) + emit(root)
+
+
+def _plan_key(keywords: list[bytes]) -> str:
+    return json.dumps(sorted({k.decode("latin-1") for k in keywords}))
+
+
+def _is_plan(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(p, list) and len(p) == 3 and isinstance(p[0], int) and 0 <= p[0] < 256
+                                       and isinstance(p[1], bool) and isinstance(p[2], str) for p in v)
+
+
+def _plan(keywords: list[bytes]) -> list[list]:
+    """`_Finder`'s passes: [pivot byte, found with memchr, pattern (latin-1 text)] — a greedy weighted set cover of
+    the keywords by their bytes, cheapest cost per newly covered keyword."""
+    freq = {ord(k): v for k, v in _BYTE_FREQ.items()}
+    left = set(keywords)
+    chosen: list[tuple[int, bool, list[bytes]]] = []  # (pivot, use memchr, keywords)
+    while left:
+        best: tuple[float, int, bool, list[bytes]] | None = None
+        for b in sorted(set().union(*left)):
+            cover = sorted(k for k in left if b in k)
+            f = freq.get(b, _RARE_FREQ)
+            find_cost = _FIND_PASS + f * _FIND_HIT
+            re_cost = _RE_PASS + f * _RE_HIT
+            score = min(find_cost, re_cost) / len(cover)
+            if best is None or score < best[0]:
+                best = (score, b, find_cost <= re_cost, cover)
+        assert best is not None
+        _, b, memchr, cover = best
+        chosen.append((b, memchr, cover))
+        left.difference_update(cover)
+    return [[b, memchr, _anchored(bytes([b]), [(k.index(b), k) for k in cover]).decode("latin-1")]
+            for b, memchr, cover in chosen]
 
 
 class _Finder:
@@ -943,27 +978,11 @@ class _Finder:
     __slots__ = ("passes", "probes")
 
     def __init__(self, keywords: list[bytes]):
-        freq = {ord(k): v for k, v in _BYTE_FREQ.items()}
-        left = set(keywords)
-        chosen: list[tuple[int, bool, list[bytes]]] = []  # (pivot, use memchr, keywords)
-        while left:  # greedy weighted set cover: cheapest cost per newly covered keyword
-            best: tuple[float, int, bool, list[bytes]] | None = None
-            for b in sorted(set().union(*left)):
-                cover = sorted(k for k in left if b in k)
-                f = freq.get(b, _RARE_FREQ)
-                find_cost = _FIND_PASS + f * _FIND_HIT
-                re_cost = _RE_PASS + f * _RE_HIT
-                score = min(find_cost, re_cost) / len(cover)
-                if best is None or score < best[0]:
-                    best = (score, b, find_cost <= re_cost, cover)
-            assert best is not None
-            _, b, memchr, cover = best
-            chosen.append((b, memchr, cover))
-            left.difference_update(cover)
         self.passes: list["re.Pattern[bytes]"] = []
         self.probes: list[tuple[bytes, "re.Pattern[bytes]"]] = []
-        for b, memchr, cover in chosen:
-            rx = _anchored(bytes([b]), [(k.index(b), k) for k in cover])
+        # the plan (pivot bytes and their patterns) depends only on the keywords: cached (~20 ms to work out)
+        for b, memchr, pattern in recache.derived("finder-plan", _plan_key(keywords), lambda: _plan(keywords), _is_plan):
+            rx = recache.compile(pattern.encode("latin-1"))
             if memchr:
                 self.probes.append((bytes([b]), rx))
             else:
@@ -1061,7 +1080,7 @@ class _BigramFinder:
         for p, c in zip(pos[order].tolist(), codes[order].tolist()):
             m = match.get(c)
             if m is None:
-                m = match[c] = _anchored(bytes([c & 255, c >> 8]), self.groups[c]).match
+                m = match[c] = re.compile(_anchored(bytes([c & 255, c >> 8]), self.groups[c])).match
             if m(chunk, p):
                 found.append(p)
         if not found:
@@ -1074,8 +1093,24 @@ class _BigramFinder:
 def _keywords_for(prefilter: "re.Pattern[bytes]") -> list[bytes] | None:
     key = (prefilter.pattern, prefilter.flags)
     if key not in _KEYWORDS:
-        _KEYWORDS[key] = _literal_alternatives(prefilter)
+        if isinstance(prefilter.pattern, bytes):  # parsing the ~300-keyword alternation costs ~10 ms: cached by its text
+            def compute() -> list[str] | None:
+                kws = _literal_alternatives(prefilter)
+                return None if kws is None else [k.decode("latin-1") for k in kws]
+
+            got = recache.derived("prefilter-keywords", _keywords_key(prefilter), compute, _is_text_list_or_none)
+            _KEYWORDS[key] = None if got is None else [k.encode("latin-1") for k in got]
+        else:
+            _KEYWORDS[key] = _literal_alternatives(prefilter)
     return _KEYWORDS[key]
+
+
+def _keywords_key(prefilter: "re.Pattern[bytes]") -> str:
+    return f"{prefilter.flags}\0" + prefilter.pattern.decode("latin-1")
+
+
+def _is_text_list_or_none(v: Any) -> bool:
+    return v is None or (isinstance(v, list) and all(isinstance(x, str) for x in v))
 
 
 def _finder_for(prefilter: "re.Pattern[bytes]") -> _Finder | None:
@@ -1084,6 +1119,22 @@ def _finder_for(prefilter: "re.Pattern[bytes]") -> _Finder | None:
         kws = _keywords_for(prefilter)
         _FINDERS[key] = _Finder(kws) if kws else None
     return _FINDERS[key]
+
+
+def _finder_is_cheap(prefilter: "re.Pattern[bytes]") -> bool:
+    """Whether `_finder_for` costs next to nothing now: built already, or its keywords and plan are in the
+    compiled-regex cache (then a small log is searched with it rather than with the prefilter regex, which
+    tries every alternative at every byte: ~1.5 ms for a 5 KB start-up log against ~0.1 ms), or they will be
+    from the next run on (the cache is writable: this run works them out once, ~30 ms)."""
+    key = (prefilter.pattern, prefilter.flags)
+    if key in _FINDERS:
+        return _FINDERS[key] is not None
+    if key not in _CHEAP:
+        cached = recache.cached("prefilter-keywords", _keywords_key(prefilter)) if isinstance(prefilter.pattern, bytes) else None
+        _CHEAP[key] = bool(cached and isinstance(cached[0], list) and _is_text_list_or_none(cached[0])
+                           and recache.cached("finder-plan", _plan_key([k.encode("latin-1") for k in cached[0]])) is not None) \
+            or (isinstance(prefilter.pattern, bytes) and recache.writable())
+    return _CHEAP[key]
 
 
 def _bigram_finder_for(prefilter: "re.Pattern[bytes]", sample: bytes) -> _BigramFinder | None:
@@ -1145,7 +1196,7 @@ class ChunkScanner:
     of the chunk) — always the lines the regex itself would find. Which way depends on how much this
     process has scanned (all streams: ``scan`` reads thousands of small files) plus ``size_hint``
     (what this stream will give, when known): the regex up to `FINDER_AFTER_BYTES` (building a
-    finder costs ~20 ms), then `_Finder`, and from `NUMPY_AFTER_BYTES` numpy for chunks of 64 KiB or
+    finder costs ~20 ms) unless the finder's plan is cached (`_finder_is_cheap`), then `_Finder`, and from `NUMPY_AFTER_BYTES` numpy for chunks of 64 KiB or
     more (importing numpy costs ~0.1 s).
     """
 
@@ -1166,7 +1217,7 @@ class ChunkScanner:
             self.no_numpy = self.bigrams is None  # no numpy (or not a literal prefilter): stop asking
         if big and self.bigrams is not None:
             return self.bigrams.lines(chunk)
-        if self.finder is None and total > FINDER_AFTER_BYTES:
+        if self.finder is None and (total > FINDER_AFTER_BYTES or _finder_is_cheap(self.prefilter)):
             self.finder = _finder_for(self.prefilter)
         spans = self.finder.spans(chunk) if self.finder is not None else _regex_spans(chunk, self.prefilter)
         out = []
