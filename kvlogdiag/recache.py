@@ -150,10 +150,10 @@ def writable() -> bool:
     if _writable is None:
         path = _cache_file() if _TYPECODE else None
         d = os.path.dirname(path) if path else None
-        while d and not os.path.isdir(d):
+        while d and not os.path.lexists(d):  # the nearest existing ancestor must be a writable folder
             parent = os.path.dirname(d)
             d = None if parent == d else parent
-        _writable = bool(d) and os.access(d, os.W_OK | os.X_OK)  # type: ignore[arg-type]
+        _writable = bool(d) and os.path.isdir(d) and os.access(d, os.W_OK | os.X_OK)  # type: ignore[arg-type]
     return bool(_writable)
 
 
