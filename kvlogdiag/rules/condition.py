@@ -629,6 +629,7 @@ class _Evaluator:
 
 
 _Program = Callable[[_Evaluator], Any]
+_PLAIN = frozenset({bool, int, float, str})  # what `_normalize` returns unchanged (its other cases: subclasses, numpy)
 
 
 def _program(node: Node) -> _Program:
@@ -653,7 +654,8 @@ def _program(node: Node) -> _Program:
             ev.steps += 1
             if ev.steps > ev.max_steps:
                 ev._spend(0, pos)
-            return _normalize(ev.env.get(name))
+            value = ev.env.get(name)
+            return value if value is None or type(value) in _PLAIN else _normalize(value)
         return get
     if t is ListExpr:
         items = tuple(_program(i) for i in node.items)  # type: ignore[union-attr]
