@@ -629,7 +629,8 @@ class _Evaluator:
 
 
 _Program = Callable[[_Evaluator], Any]
-_PLAIN = frozenset({bool, int, float, str})  # what `_normalize` returns unchanged (its other cases: subclasses, numpy)
+_PLAIN = frozenset({bool, int, float, str})
+_NUMBER_TYPES = frozenset({int, float})  # exactly: bool is not a number in the condition language  # what `_normalize` returns unchanged (its other cases: subclasses, numpy)
 
 
 def _program(node: Node) -> _Program:
@@ -710,6 +711,32 @@ def _program(node: Node) -> _Program:
                     ev._spend(0, pos)
                 return _Evaluator._arith(bin_node, left(ev), right(ev))
             return arith
+
+        if op in _ORDER:  # two plain numbers: what _compare does for them, without its other cases
+            order = _ORDER[op]
+
+            def ordered(ev: _Evaluator) -> Any:
+                ev.steps += 1
+                if ev.steps > ev.max_steps:
+                    ev._spend(0, pos)
+                a, b = left(ev), right(ev)
+                if type(a) in _NUMBER_TYPES and type(b) in _NUMBER_TYPES:
+                    return bool(order(a, b))
+                return ev._compare(bin_node, a, b)
+            return ordered
+        if op in ("==", "!=") and not (_is_null_literal(bin_node.left) or _is_null_literal(bin_node.right)):
+            equal = op == "=="
+
+            def equality(ev: _Evaluator) -> Any:  # two plain numbers or two strings: _equal is plain ==
+                ev.steps += 1
+                if ev.steps > ev.max_steps:
+                    ev._spend(0, pos)
+                a, b = left(ev), right(ev)
+                ta, tb = type(a), type(b)
+                if (ta in _NUMBER_TYPES and tb in _NUMBER_TYPES) or (ta is str and tb is str):
+                    return (a == b) == equal
+                return ev._compare(bin_node, a, b)
+            return equality
 
         def compare(ev: _Evaluator) -> Any:
             ev.steps += 1
