@@ -44,6 +44,7 @@ except (ImportError, AttributeError):  # pragma: no cover - not CPython
 FILE_NAME = "re-cache-v1.json"
 MAX_ENTRIES = 4096
 MAX_CACHE_BYTES = 32 << 20
+SOFT_BYTES = 2 << 20  # ~5 ms to read at each start
 TAG = (f"{sys.implementation.name} {sys.version} sre {getattr(_sre, 'MAGIC', None)}/{getattr(_sre, 'CODESIZE', None)} "
        f"{sys.byteorder}")
 
@@ -51,6 +52,7 @@ TAG = (f"{sys.implementation.name} {sys.version} sre {getattr(_sre, 'MAGIC', Non
 # held as latin-1 text); kind "d:NAME" holds a `derived` value (flags 0) as [value]
 _disk: dict[tuple[str, str, int], list] | None = None
 _new: dict[tuple[str, str, int], list] = {}
+_used: set[tuple[str, str, int]] = set()  # entries of the file this process used
 _memo: dict[tuple[str, str, int], re.Pattern] = {}  # this process's objects: a repeated call costs one lookup
 _registered = False
 _writable: bool | None = None
@@ -118,6 +120,7 @@ def compile(pattern: AnyStr, flags: int | re.RegexFlag = 0) -> re.Pattern[AnyStr
     if entry is not None:
         try:
             done = _memo[key] = _build(pattern, entry)
+            _used.add(key)
             return done
         except Exception:  # noqa: BLE001 - a foreign or damaged entry: compile it the ordinary way
             pass
@@ -174,6 +177,7 @@ def derived(name: str, key: str, compute: Callable[[], Any], check: Callable[[An
     if entry is not None and len(entry) == 1:
         try:
             if check(entry[0]):
+                _used.add(k)
                 return entry[0]
         except Exception:  # noqa: BLE001 - a damaged entry: compute it
             pass
@@ -195,16 +199,24 @@ def flush() -> None:
     path = _cache_file()
     if not path:
         return
-    merged = dict(_load())
+    # what this process used or built goes last (the newest); entries no run has used for a while fall off
+    # the front, and when the file would outgrow SOFT_BYTES (each start reads all of it) only those are kept
+    old = _load()
+    merged = {k: v for k, v in old.items() if k not in _used and k not in _new}
+    merged.update((k, old[k]) for k in _used if k in old and k not in _new)
     merged.update(_new)
     if len(merged) > MAX_ENTRIES:
         merged = dict(list(merged.items())[-MAX_ENTRIES:])
+    text = json.dumps({"tag": TAG, "entries": [[*k, v] for k, v in merged.items()]})
+    if len(text) > SOFT_BYTES:
+        merged = {k: v for k, v in merged.items() if k in _used or k in _new}
+        text = json.dumps({"tag": TAG, "entries": [[*k, v] for k, v in merged.items()]})
     _new.clear()
     try:
         from kvlogdiag.fileio import write_atomic
 
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        write_atomic(path, json.dumps({"tag": TAG, "entries": [[*k, v] for k, v in merged.items()]}))
+        write_atomic(path, text)
         _disk = merged
     except (OSError, ValueError, TypeError):
         pass

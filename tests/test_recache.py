@@ -155,3 +155,17 @@ def test_a_warm_small_analyze_compiles_few_regexes_and_parses_no_toml(tmp_path):
     assert rc in (0, 1) and outs[0] == outs[1]
     assert compiles <= 120, compiles  # the standard library's own and a few of kvlogdiag's small ones
     assert tomls == 0
+
+
+def test_a_file_grown_past_its_budget_keeps_what_the_last_run_used(tmp_path, monkeypatch):
+    _fresh(monkeypatch, tmp_path / "c")
+    for p in ("a+", "b+", "c+"):
+        recache.compile(p)
+    recache.flush()
+    _fresh(monkeypatch, tmp_path / "c")
+    monkeypatch.setattr(recache, "SOFT_BYTES", 10)  # every file is too big now
+    recache.compile("b+")  # used from the file
+    recache.compile("d+")  # new
+    recache.flush()
+    doc = json.loads((tmp_path / "c" / recache.FILE_NAME).read_text())
+    assert [e[1] for e in doc["entries"]] == ["b+", "d+"]
