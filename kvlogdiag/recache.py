@@ -13,7 +13,9 @@ It is only an accelerator and is checked where it can be: a program is stored on
 from it equals what `re.compile` returns; the file is tied to the exact interpreter (version string, SRE
 magic, code size, byte order), so another Python ignores it; any problem reading, parsing or writing it
 (read-only home, a corrupt or foreign file, an interpreter without ``_sre``) falls back to `re.compile`
-silently. ``KVLOGDIAG_CACHE_DIR=off`` disables it. New programs are written once, when the process exits.
+silently. ``KVLOGDIAG_CACHE_DIR=off`` disables it. New programs are written once, when the process exits;
+what that process used is kept newest, and a file grown past `SOFT_BYTES` (every start reads all of it) keeps
+only that. `derived` keeps small JSON values worked out from such patterns the same way.
 """
 
 from __future__ import annotations
