@@ -242,8 +242,8 @@ _LIBRARY_CLASS_BY_FILE = (
     # model … Should have a `model_type` key", a model directory without a config)
     (recache.compile(r"^transformers/models/auto/(?:modeling_auto|auto_factory)"), "arch"),
     (recache.compile(r"^transformers/(?:configuration_utils|modeling_utils|dynamic_module_utils|utils/hub|safetensors_conversion"
-                r"|feature_extraction_utils|image_processing_|processing_utils"
-                r"|models/auto/(?:feature_extraction_auto|image_processing_auto|processing_auto))"), "model"),
+                     r"|feature_extraction_utils|image_processing_|processing_utils"
+                     r"|models/auto/(?:feature_extraction_auto|image_processing_auto|processing_auto))"), "model"),
     (recache.compile(r"^torch/serialization"), "model"),
     (recache.compile(r"^torch/(?:cuda|xpu|mtia)/"), "devices"),
     (recache.compile(r"^torch/distributed/"), "comm"),

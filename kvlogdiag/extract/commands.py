@@ -48,9 +48,9 @@ _TRUE_FALSE = {"true": True, "false": False, "1": True, "0": False}
 # <model>, $MODEL, ${LEN}, {{ tp }}, {max_len}, [model_tag], '...', /path/to/model, your-model, N, vx.x.x
 # (a JSON value's braces are not a placeholder; '/path/to/Qwen3-8B' is a redacted path, its model name real)
 _PLACEHOLDER = recache.compile(r"<[^<>]*>|\$\{?[A-Za-z_]|\{\{|\}\}|^\{[A-Za-z_]\w*\}$|^\[[^\]\"',]*\]$|\.\.\.|…"
-                          r"|^/?(?:\w+/)*path/to/(?:the/)?(?:your[-_]?)?(?:model|models|model[-_]?(?:dir|path|name)|checkpoint|ckpt|weights|dir)s?/?$"
-                          r"|\byour[-_ ]|\bYOUR_|^x+$|^v?x\.x(?:\.x)?$"
-                          r"|^(?:N|M|K|X|NUM|INT|VALUE|MODEL(?:_NAME|_PATH|_ID)?|SIZE|LEN)$", re.I)
+                               r"|^/?(?:\w+/)*path/to/(?:the/)?(?:your[-_]?)?(?:model|models|model[-_]?(?:dir|path|name)|checkpoint|ckpt|weights|dir)s?/?$"
+                               r"|\byour[-_ ]|\bYOUR_|^x+$|^v?x\.x(?:\.x)?$"
+                               r"|^(?:N|M|K|X|NUM|INT|VALUE|MODEL(?:_NAME|_PATH|_ID)?|SIZE|LEN)$", re.I)
 
 _CURLY = str.maketrans({"\u201c": '"', "\u201d": '"', "\u201e": '"', "\u2018": "'", "\u2019": "'", "\u00a0": " ",
                         "\u2013": "-", "\u2014": "-"})
@@ -203,11 +203,11 @@ _ANCHOR = recache.compile(
     r"|(?P<bench>(?<![\w./~-])(?:[\w./~-]*/)?benchmark_\w+\.py\b)")
 # a user reporting what they ran (the command after it is this run's): "I ran", "Running", "launched with"
 _RAN_LEAD = recache.compile(r"(?:\bI(?:'m| am)?\s+(?:ran|run|running|launched|launch|started|start|used|use|executed)"
-                       r"|\b[Rr]unning|\b(?:[Ll]aunched|[Ss]tarted|[Ss]erved|[Dd]eployed)\s+(?:it\s+)?(?:with|using|via|by)"
-                       r"|\bcommand(?:\s+(?:is|was|used))?\s*[:=]?|\bcmd\s*[:=]|\busing)\W*$")
+                            r"|\b[Rr]unning|\b(?:[Ll]aunched|[Ss]tarted|[Ss]erved|[Dd]eployed)\s+(?:it\s+)?(?:with|using|via|by)"
+                            r"|\bcommand(?:\s+(?:is|was|used))?\s*[:=]?|\bcmd\s*[:=]|\busing)\W*$")
 # a reply suggesting a command: not the run's
 _ADVICE = recache.compile(r"\b(?:try|Try|could|should|e\.g\.|[Ee]xample|suggest|recommend|instead|consider|maybe|perhaps"
-                     r"|[Pp]lease|docs?\b|documentation|[Ii]f you|you can|You can|you may|need to|must|[Uu]sage)\b")
+                          r"|[Pp]lease|docs?\b|documentation|[Ii]f you|you can|You can|you may|need to|must|[Uu]sage)\b")
 # The words that may stand before a command in a shell line, one word at a time (a regex over the whole
 # prefix would backtrack exponentially on a long hostile line): prompts, list bullets, line numbers,
 # env assignments, wrappers and their options, paths, host:port, images, numbers, quoted words.

@@ -42,10 +42,10 @@ HEAD_WINDOW = 240
 _PREFIXES = recache.compile(r"^(?:\((?:[^()]{1,80}?) pid=\d+[^()]{0,60}\)\s*)+")
 _UVICORN = recache.compile(r"^(?P<level>ERROR|CRITICAL|INFO|WARNING):\s+")
 _EXC = recache.compile(r"^(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Failure|Fault|Interrupt)"
-                  # a module-qualified exception of any name (huggingface_hub.utils._http.OfflineModeIsEnabled)
-                  r"|(?:[a-z_][a-z0-9_]*\.)+[A-Z][A-Za-z0-9]+(?=:))"
-                  # "XError: message", or the repr a logger printed: XError("message")
-                  r"(?::\s*(?P<msg>.*)|\((?P<repr>[\"'].*[\"'])\))?$")
+                       # a module-qualified exception of any name (huggingface_hub.utils._http.OfflineModeIsEnabled)
+                       r"|(?:[a-z_][a-z0-9_]*\.)+[A-Z][A-Za-z0-9]+(?=:))"
+                       # "XError: message", or the repr a logger printed: XError("message")
+                       r"(?::\s*(?P<msg>.*)|\((?P<repr>[\"'].*[\"'])\))?$")
 # a traceback pasted on one line (newlines lost): its last qualified exception starts the error
 _INLINE_EXC = recache.compile(r"\s((?:[a-z_][a-z0-9_]*\.)+[A-Z]\w*(?:Error|Exception)\w*: )")
 _VALIDATION = recache.compile(r"(?<!\d)(?P<count>\d+) validation errors? for (?P<config>\w+)")
@@ -56,41 +56,41 @@ _FRAME = recache.compile(r'^File "[^"]*", line \d+')
 # frames only a running server executes: a traceback through them is a runtime crash, not a failed start
 # (execute_model is not one of them: V0 profiles the KV cache with it during start-up)
 _RUNTIME_FRAME = recache.compile(r'^File "[^"]*", line \d+,? in (?:run_engine_loop|engine_step|run_busy_loop|'
-                            r'_process_engine_step|step_with_batch_queue|_process_input_queue|'
-                            # the engine core serving a client's utility call, the API server reading outputs
-                            # or handling a request (vllm 0.11.2 vllm/v1/engine/core.py:900
-                            # _handle_client_request, core_client.py:196 get_output_async, entrypoints/openai
-                            # serving_*.py), LLM.generate of an offline program
-                            r'_handle_client_request|get_output_async|output_handler|create_chat_completion|'
-                            r'create_completion|chat_completion_stream_generator|completion_stream_generator|'
-                            r'generate|'
-                            # sleep mode: an engine woken up or put to sleep had started (LLM.wake_up/sleep)
-                            r'wake_up|sleep|'
-                            # V0's async engine stepping (vllm 0.10.2 vllm/engine/async_llm_engine.py:261 step_async →
-                            # :339 execute_model_async); start-up profiles through the synchronous execute_model
-                            r'step_async|execute_model_async|_driver_execute_model_async|'
-                            # V1's engine step (vllm 0.10.2 vllm/v1/engine/core.py:262,334)
-                            r'execute_model_with_error_logging)\b'
-                            # V1 workers run execute_model only for a scheduled batch (0.10.2 v1/worker/gpu_worker.py:425
-                            # → gpu_model_runner.py:2000, called from EngineCore.step); start-up uses _dummy_run
-                            r'|^File "[^"]*/vllm/v1/worker/\w+\.py", line \d+,? in execute_model\b'
-                            # a program's call on an LLM that was constructed (entrypoints/llm.py)
-                            r'|^File "[^"]*entrypoints/llm\.py", line \d+,? in (?:collective_rpc|chat|encode|embed|score|classify|reward)\b')
+                                 r'_process_engine_step|step_with_batch_queue|_process_input_queue|'
+                                 # the engine core serving a client's utility call, the API server reading outputs
+                                 # or handling a request (vllm 0.11.2 vllm/v1/engine/core.py:900
+                                 # _handle_client_request, core_client.py:196 get_output_async, entrypoints/openai
+                                 # serving_*.py), LLM.generate of an offline program
+                                 r'_handle_client_request|get_output_async|output_handler|create_chat_completion|'
+                                 r'create_completion|chat_completion_stream_generator|completion_stream_generator|'
+                                 r'generate|'
+                                 # sleep mode: an engine woken up or put to sleep had started (LLM.wake_up/sleep)
+                                 r'wake_up|sleep|'
+                                 # V0's async engine stepping (vllm 0.10.2 vllm/engine/async_llm_engine.py:261 step_async →
+                                 # :339 execute_model_async); start-up profiles through the synchronous execute_model
+                                 r'step_async|execute_model_async|_driver_execute_model_async|'
+                                 # V1's engine step (vllm 0.10.2 vllm/v1/engine/core.py:262,334)
+                                 r'execute_model_with_error_logging)\b'
+                                 # V1 workers run execute_model only for a scheduled batch (0.10.2 v1/worker/gpu_worker.py:425
+                                 # → gpu_model_runner.py:2000, called from EngineCore.step); start-up uses _dummy_run
+                                 r'|^File "[^"]*/vllm/v1/worker/\w+\.py", line \d+,? in execute_model\b'
+                                 # a program's call on an LLM that was constructed (entrypoints/llm.py)
+                                 r'|^File "[^"]*entrypoints/llm\.py", line \d+,? in (?:collective_rpc|chat|encode|embed|score|classify|reward)\b')
 # frames of a start-up: the engine / workers being built, the model loaded, the KV cache profiled and
 # allocated, CUDA graphs captured (vllm 0.11.2 vllm/v1/engine/core.py EngineCore.__init__ →
 # _initialize_kv_caches; v1/worker/gpu_worker.py init_device / load_model / determine_available_memory /
 # initialize_from_config / compile_or_warm_up_model; V0 worker.py determine_num_available_blocks)
 _STARTUP_FRAME = recache.compile(r'^File "[^"]*", line \d+,? in (?:__init__|init_device|load_model|determine_available_memory|'
-                            r'determine_num_available_blocks|profile_run|_dummy_run|_dummy_sampler_run|initialize_from_config|'
-                            r'initialize_cache|_initialize_kv_caches|initialize_kv_cache|capture_model|compile_or_warm_up_model|'
-                            r'run_engine_core|from_engine_args|from_vllm_config|build_async_engine_client\w*|'
-                            r'init_worker|init_device_mesh|_init_executor|_init_workers\w*|make_client|launch_core_engines|'
-                            r'wait_for_engine_startup|get_model|load_weights|create_engine_config|run_server|'
-                            # process groups set up, the dtype checked, graphs captured, the model compiled
-                            # (torch.compile / dynamo / inductor run while vLLM warms up, not per step)
-                            r'init_worker_distributed_environment|ensure_model_parallel_initialized|initialize_model_parallel|'
-                            r'init_distributed_environment|init_model|_check_if_gpu_supports_dtype|capture_begin|capture_end|'
-                            r'_compile|compile_inner|_compile_inner|compile_fx\w*|transform_code_object)\b')
+                                 r'determine_num_available_blocks|profile_run|_dummy_run|_dummy_sampler_run|initialize_from_config|'
+                                 r'initialize_cache|_initialize_kv_caches|initialize_kv_cache|capture_model|compile_or_warm_up_model|'
+                                 r'run_engine_core|from_engine_args|from_vllm_config|build_async_engine_client\w*|'
+                                 r'init_worker|init_device_mesh|_init_executor|_init_workers\w*|make_client|launch_core_engines|'
+                                 r'wait_for_engine_startup|get_model|load_weights|create_engine_config|run_server|'
+                                 # process groups set up, the dtype checked, graphs captured, the model compiled
+                                 # (torch.compile / dynamo / inductor run while vLLM warms up, not per step)
+                                 r'init_worker_distributed_environment|ensure_model_parallel_initialized|initialize_model_parallel|'
+                                 r'init_distributed_environment|init_model|_check_if_gpu_supports_dtype|capture_begin|capture_end|'
+                                 r'_compile|compile_inner|_compile_inner|compile_fx\w*|transform_code_object)\b')
 # lines only a server that finished starting prints: the engine core was constructed and entered its busy
 # loop (vllm 0.11.2 vllm/v1/engine/core.py:835-845 `run_engine_core`: "EngineCore failed to start." while
 # `engine_core is None`, "EngineCore encountered a fatal error." after), and the API server's output
@@ -111,8 +111,8 @@ _RUNTIME_MARKERS = ("EngineCore encountered a fatal error", "AsyncLLM output_han
 # ... and lines about a request (an id the OpenAI server gives it, "for request <id>"), or the engine core
 # failing a utility call (vllm 0.11.2 vllm/v1/engine/core.py:918 "Invocation of %s method failed")
 _RUNTIME_LINE = recache.compile(r"\b(?:chatcmpl|cmpl|embd)-[0-9a-f]{8}|\bfor request (?:chatcmpl|cmpl|[\w-]{12,})|\bInvocation of \w+ method failed"
-                           # one request's prompt longer than max_model_len (vllm/v1/engine/processor.py input validation)
-                           r"|\bprompt \(length \d+\) is longer than the maximum model length")
+                                # one request's prompt longer than max_model_len (vllm/v1/engine/processor.py input validation)
+                                r"|\bprompt \(length \d+\) is longer than the maximum model length")
 # an ERROR logged by the OpenAI server's request handlers (vllm/entrypoints/openai/serving_*.py): a request
 # was being served
 _SERVING_HEAD = recache.compile(r"(?:ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?serving_\w+\.py:\d+\]")
@@ -120,7 +120,7 @@ _SERVING_HEAD = recache.compile(r"(?:ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:
 _LITERAL_ESC = recache.compile(r"#033\[[0-9;]*[A-Za-z]|\^\[\[[0-9;]*[A-Za-z]|#015$")
 # a short lead before a pasted exception line ("报错：", "Error: ")
 _LEAD = recache.compile(r"^(?:[^\s:：]{1,12}[:：]\s*|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z?\s+|[\]\)>|]+\s+)"
-                   r"(?=(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)\b)")
+                        r"(?=(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)\b)")
 # NCCL's wrapper errors that state a CUDA / system failure on the lines after them ("Last error: ...")
 _WRAPPER = recache.compile(r"unhandled cuda error|ncclUnhandledCudaError|unhandled system error|ncclSystemError")
 # a reporter's Markdown emphasis around a pasted line (**_ValueError: ..._**, `ValueError: ...`)
@@ -128,7 +128,7 @@ _MD_OPEN = recache.compile(r"^[*_`]{1,3}(?=[A-Za-z])")
 _MD_CLOSE = recache.compile(r"(?<=\S)[*_`]{1,3}$")
 # an exception inside backticks anywhere in a line of prose (or a wrapper's message), as text or repr
 _TICKED_EXC = recache.compile(r"`[^`]*?(?P<exc_text>(?<![\w.])(?P<name>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception))"
-                         r"(?:: [^`]{8,}|\((?P<q>[\"'])[^`]{8,}(?P=q)\)))`")
+                              r"(?:: [^`]{8,}|\((?P<q>[\"'])[^`]{8,}(?P=q)\)))`")
 _DQUOTED_EXC = recache.compile(r'"(?P<exc_text>(?P<name>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): [^"]{8,})"')
 # Python's own AttributeError text, logged at ERROR as str(e) without the exception's name (V0 engine.py)
 _ATTR_MSG = recache.compile(r"^'[\w.]+' object has no attribute '\w+'$")

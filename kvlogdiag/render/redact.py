@@ -119,7 +119,7 @@ _SK_KEY = recache.compile(r"(?<![A-Za-z0-9-])sk-(?:[A-Za-z0-9]+-)*[A-Za-z0-9_]{1
 _FLAG_SECRET = recache.compile(r"(?i)(--(?P<flag>api-key|hf-token|token|password)(?:\s+|=))(?P<q>['\"]?)(?P<v>[^\s'\"]+)")
 _BEARER = recache.compile(r"(?i)(\bbearer\s+)(?P<v>[A-Za-z0-9._~+/=:-]{8,})")
 _AUTH = recache.compile(r"(?i)(\b(?:proxy-)?authorization['\"]?\s*[:=]\s*['\"]?(?:(?:bearer|token|basic)\s+)?)"
-                   r"(?P<v>[A-Za-z0-9._~+/=:-]{8,})")
+                        r"(?P<v>[A-Za-z0-9._~+/=:-]{8,})")
 # key [:=] value, the key possibly quoted and prefixed (VLLM_API_KEY=, 'api_key': , "hf_token": )
 _KEYED_SECRET = recache.compile(
     r"(?i)(?<![\w.-])(?P<key>(?:[\w.-]*?[_.-])?(?P<word>hugging_?face_(?:hub_)?token|hf_(?:api_)?token|api[_-]?key|secret[_-]?key|"
@@ -143,7 +143,7 @@ _EMAIL = recache.compile(r"(?<![\w.+%-])[A-Za-z0-9][A-Za-z0-9._%+-]*@[A-Za-z0-9-
 _URL_CREDS = recache.compile(r"(?i)(?<=://)(?P<v>[^/\s:@'\"<>]+:[^/\s@'\"<>]+)@")
 _URL_HOST = recache.compile(r"(?i)(?<![a-z0-9+.-])(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<cred>[^/\s@'\"]*@)?(?P<v>\[[0-9a-f:.%]+\]|[^\s/:'\"?#\[\]()<>,;|`\\]+)")
 _PROMPT_HOST = recache.compile(r"\[(?P<user>[\w.-]+)@(?P<v>[\w.-]+)(?P<rest>\s[^\]\n]*)?\][#$]|"
-                          r"(?<![\w.-])(?P<user2>[\w.-]+)@(?P<v2>[\w.-]+):(?=[~/])")
+                               r"(?<![\w.-])(?P<user2>[\w.-]+)@(?P<v2>[\w.-]+):(?=[~/])")
 _SYSLOG_HOST = recache.compile(r"^(?P<head>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d )(?P<v>[\w.-]+)(?= [\w./@-]+?(?:\[\d+\])?: )")
 _HOST_FLAG = recache.compile(
     r"(?i)(--(?:host|hostname|master-addr|master-address|data-parallel-address|node-ip-address|"
