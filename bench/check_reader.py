@@ -27,6 +27,9 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
+# the random keyword sets' regexes and finder plans go to a cache of their own, not the user's (kvlogdiag/recache.py)
+_CACHE = tempfile.TemporaryDirectory(prefix="kvlogdiag-check-reader-")
+os.environ["KVLOGDIAG_CACHE_DIR"] = _CACHE.name
 
 from kvlogdiag.input import reader  # noqa: E402
 from kvlogdiag.input.reader import Line, LineStats  # noqa: E402

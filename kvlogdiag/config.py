@@ -66,7 +66,9 @@ def find_config(start: Path | None = None) -> tuple[Path, dict] | None:
 def _read(path: Path) -> dict:
     try:
         text = path.read_text(encoding="utf-8")
-        return tomllib.loads(text)
+        from kvlogdiag import tomlcache
+
+        return tomlcache.loads(text, remember=True)  # by content hash: a pyproject.toml is read back as JSON
     except RecursionError:
         raise ConfigError(f"{path}:{nesting_line(text)}: invalid TOML: nested too deeply") from None
     except tomllib.TOMLDecodeError as exc:

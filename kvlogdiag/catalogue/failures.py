@@ -21,13 +21,15 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from kvlogdiag import recache
+
 CATALOGUE_FILE = Path(__file__).with_name("failures.toml")
 HARVEST_FILE = Path(__file__).with_name("failures_harvest.json")
 LIBRARY_HARVEST_FILE = Path(__file__).with_name("failures_harvest_libs.json")
 
 _UNIT_GIB = {"B": 1 / 2**30, "KiB": 1 / 2**20, "MiB": 1 / 2**10, "GiB": 1.0, "TiB": 2.0**10,
              "KB": 1 / 2**20, "MB": 1 / 2**10, "GB": 1.0, "TB": 2.0**10}
-_NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?")
+_NUMBER = recache.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?")
 
 # lines the tracker needs besides the catalogue keywords: exceptions, tracebacks, pydantic blocks,
 # process deaths, the end of a successful start
@@ -128,8 +130,8 @@ class FailureCatalogue:
         for e in data.get("failure", []):
             entries.append(FailureEntry(
                 id=e["id"], cls=e["class"], keywords=tuple(e["keywords"]),
-                patterns=tuple((p.get("versions", ""), re.compile(p["regex"])) for p in e["patterns"]),
-                extra=tuple(re.compile(x) for x in e.get("extra", ())),
+                patterns=tuple((p.get("versions", ""), recache.compile(p["regex"])) for p in e["patterns"]),
+                extra=tuple(recache.compile(x) for x in e.get("extra", ())),
                 fix=e["fix"], links=tuple(e.get("links", ())), harvest=tuple(e.get("harvest", ())),
                 harvest_numbers=dict(e.get("harvest_numbers", {})), samples=tuple(e.get("samples", ())),
             ))
@@ -140,12 +142,12 @@ class FailureCatalogue:
             for k in e.keywords:
                 kw.setdefault(k, []).append(e)
         self._by_kw = kw
-        self._kw_re = re.compile("|".join(re.escape(k) for k in sorted(kw, key=len, reverse=True)))
-        self.echo = [re.compile(x["regex"]) for x in data.get("echo", [])]
-        self.deaths = [re.compile(x["regex"]) for x in data.get("death", [])]
+        self._kw_re = recache.compile("|".join(re.escape(k) for k in sorted(kw, key=len, reverse=True)))
+        self.echo = [recache.compile(x["regex"]) for x in data.get("echo", [])]
+        self.deaths = [recache.compile(x["regex"]) for x in data.get("death", [])]
         self.class_hints: list[tuple[str, re.Pattern[str] | None, re.Pattern[str] | None]] = [
-            (x["class"], re.compile(x["message"]) if "message" in x else None,
-             re.compile(x["frames"]) if "frames" in x else None)
+            (x["class"], recache.compile(x["message"]) if "message" in x else None,
+             recache.compile(x["frames"]) if "frames" in x else None)
             for x in data.get("class_hint", [])]
 
     def keywords(self) -> tuple[str, ...]:
@@ -222,13 +224,13 @@ def harvested() -> dict:
 # where a harvested message is raised → the class of an uncatalogued cause (only where the file
 # says it unambiguously: a config validator is a configuration error whatever it checks)
 _CLASS_BY_FILE = (
-    (re.compile(r"^vllm(?:_ascend)?/(?:config|engine/arg_utils|entrypoints/cli|ascend_config)"), "config"),
-    (re.compile(r"^vllm(?:_ascend)?/distributed/(?:kv_transfer|ec_transfer)/"), "connector"),
-    (re.compile(r"^vllm(?:_ascend)?/(?:model_executor/model_loader|transformers_utils)/"), "model"),
-    (re.compile(r"^vllm(?:_ascend)?/model_executor/models/registry"), "arch"),
-    (re.compile(r"^vllm(?:_ascend)?/(?:v1/)?executor/ray_"), "ray"),
-    (re.compile(r"^vllm(?:_ascend)?/model_executor/layers/quantization/"), "quant"),
-    (re.compile(r"^vllm(?:_ascend)?/distributed/device_communicators/"), "comm"),
+    (recache.compile(r"^vllm(?:_ascend)?/(?:config|engine/arg_utils|entrypoints/cli|ascend_config)"), "config"),
+    (recache.compile(r"^vllm(?:_ascend)?/distributed/(?:kv_transfer|ec_transfer)/"), "connector"),
+    (recache.compile(r"^vllm(?:_ascend)?/(?:model_executor/model_loader|transformers_utils)/"), "model"),
+    (recache.compile(r"^vllm(?:_ascend)?/model_executor/models/registry"), "arch"),
+    (recache.compile(r"^vllm(?:_ascend)?/(?:v1/)?executor/ray_"), "ray"),
+    (recache.compile(r"^vllm(?:_ascend)?/model_executor/layers/quantization/"), "quant"),
+    (recache.compile(r"^vllm(?:_ascend)?/distributed/device_communicators/"), "comm"),
 )
 
 
@@ -237,19 +239,19 @@ _CLASS_BY_FILE = (
 # model (its id, access, files), tokenizer modules the tokenizer, quantizers the quantization, torch's
 # device modules the devices, its process groups the communication between ranks.
 _LIBRARY_CLASS_BY_FILE = (
-    (re.compile(r"^huggingface_hub/"), "model"),
-    (re.compile(r"^transformers/(?:tokenization_|models/auto/tokenization_auto)"), "tokenizer"),
-    (re.compile(r"^transformers/(?:quantizers/|utils/quantization_config|integrations/(?:bitsandbytes|awq|ggml))"), "quant"),
+    (recache.compile(r"^huggingface_hub/"), "model"),
+    (recache.compile(r"^transformers/(?:tokenization_|models/auto/tokenization_auto)"), "tokenizer"),
+    (recache.compile(r"^transformers/(?:quantizers/|utils/quantization_config|integrations/(?:bitsandbytes|awq|ggml))"), "quant"),
     # the Auto classes not knowing a model type / configuration class: the catalogue's architecture_not_supported
     # (configuration_auto is left out: it raises both "does not recognize this architecture" and "Unrecognized
     # model … Should have a `model_type` key", a model directory without a config)
-    (re.compile(r"^transformers/models/auto/(?:modeling_auto|auto_factory)"), "arch"),
-    (re.compile(r"^transformers/(?:configuration_utils|modeling_utils|dynamic_module_utils|utils/hub|safetensors_conversion"
-                r"|feature_extraction_utils|image_processing_|processing_utils"
-                r"|models/auto/(?:feature_extraction_auto|image_processing_auto|processing_auto))"), "model"),
-    (re.compile(r"^torch/serialization"), "model"),
-    (re.compile(r"^torch/(?:cuda|xpu|mtia)/"), "devices"),
-    (re.compile(r"^torch/distributed/"), "comm"),
+    (recache.compile(r"^transformers/models/auto/(?:modeling_auto|auto_factory)"), "arch"),
+    (recache.compile(r"^transformers/(?:configuration_utils|modeling_utils|dynamic_module_utils|utils/hub|safetensors_conversion"
+                     r"|feature_extraction_utils|image_processing_|processing_utils"
+                     r"|models/auto/(?:feature_extraction_auto|image_processing_auto|processing_auto))"), "model"),
+    (recache.compile(r"^torch/serialization"), "model"),
+    (recache.compile(r"^torch/(?:cuda|xpu|mtia)/"), "devices"),
+    (recache.compile(r"^torch/distributed/"), "comm"),
 )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from kvlogdiag import recache
 from kvlogdiag.catalogue.failures import prefilter_keywords
 
 
@@ -35,7 +36,7 @@ _CATALOGUE: list[Pattern] = []
 
 def pat(name: str, versions: str, keywords: str | tuple[str, ...], regex: str, samples=(), doc: str = "") -> None:
     kws = (keywords,) if isinstance(keywords, str) else tuple(keywords)
-    _CATALOGUE.append(Pattern(name, versions, kws, re.compile(regex), tuple(samples), doc))
+    _CATALOGUE.append(Pattern(name, versions, kws, recache.compile(regex), tuple(samples), doc))
 
 
 # --- identification (facts §2) -----------------------------------------------------------------
@@ -584,7 +585,7 @@ pat("prompt_longer_than_max_model_len", "all (per-request errors; vLLM-Ascend ru
     doc="A request longer than the server's max_model_len (decoder prompts; an encoder prompt's limit is another figure).")
 
 # sub-fields of the stats line tail, parsed only when a stats line matched
-STATS_TAIL = re.compile(
+STATS_TAIL = recache.compile(
     r"(?:Preemptions: (?P<preemptions>\d+)|(?P<device>GPU|NPU|CPU|XPU|TPU|HPU) KV cache usage: (?P<kv_usage>[\d.]+)%"
     r"|Prefix cache hit rate: (?:GPU: )?(?P<hit>[\d.]+)%|Deferred: (?P<deferred>\d+) reqs)"
 )
@@ -611,8 +612,8 @@ def keyword_index() -> dict[str, list[Pattern]]:
 def prefilter_regex(extra: tuple[str, ...] = ()) -> re.Pattern[bytes]:
     """One bytes regex matching any keyword (with the start-up root-cause tracker's): the reader's line prefilter."""
     kws = sorted({kw for p in _CATALOGUE for kw in p.keywords} | set(extra) | set(prefilter_keywords()),
-                 key=len, reverse=True)
-    return re.compile(b"|".join(re.escape(k.encode()) for k in kws))
+                 key=lambda k: (-len(k), k))  # ties by text: the same pattern in every process (kvlogdiag.recache)
+    return recache.compile(b"|".join(re.escape(k.encode()) for k in kws))
 
 
 def catalogue_markdown() -> str:

@@ -24,7 +24,6 @@ from kvlogdiag.cli.output import (
 from kvlogdiag.cli.timewindow import install_window, window_given, window_options
 from kvlogdiag.input.reader import DEFAULT_MAX_BYTES, InputError
 from kvlogdiag.render.analysis import render_json, render_markdown, render_text
-from kvlogdiag.render.ci import logs_from_analyses, rule_info
 from kvlogdiag.render.colour import style_text
 from kvlogdiag.render.summary import summary_text
 from kvlogdiag.rules.engine import RuleLoadError
@@ -124,6 +123,8 @@ def analyze(inputs: tuple[str, ...], fmt: str, max_bytes: int, run: str | None, 
         truncated_exit(fail_exit(shown, opts.fail_on), any(a.extra.get("truncated") for r in results for a in r.runs))
     colour = None
     if statistics or fmt in CI_FORMATS:
+        from kvlogdiag.render.ci import logs_from_analyses, rule_info  # on use: a small analyze starts faster
+
         logs = logs_from_analyses(shown, opts.min_severity, unreadable)
         if statistics:
             text = statistics_text(logs, fmt)

@@ -13,14 +13,16 @@ import json
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import click
 
 from kvlogdiag.cli.exit import ExitCode
 from kvlogdiag.fileio import write_atomic
-from kvlogdiag.render.ci import CILog, RuleInfo, all_findings, render_statistics, statistics
 from kvlogdiag.render.redact import SafeText, escape_controls
+
+if TYPE_CHECKING:
+    from kvlogdiag.render.ci import CILog, RuleInfo
 
 CI_FORMATS = ("sarif", "github", "junit")
 
@@ -100,6 +102,8 @@ class Output:
 
 
 def statistics_text(logs: Iterable[CILog], fmt: str) -> str:
+    from kvlogdiag.render.ci import all_findings, render_statistics, statistics  # on use: analyze's start-up
+
     rows = statistics(all_findings(logs))
     if fmt == "json":
         return json.dumps({"tool": "kvlogdiag", "statistics": rows}, indent=2) + "\n"

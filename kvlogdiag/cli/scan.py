@@ -45,7 +45,6 @@ from kvlogdiag.modes.scan import (
     render_rows,
     save_state,
     summary_tables,
-    to_frame,
     write_output,
 )
 from kvlogdiag.render.ci import logs_from_rows, rule_info
@@ -118,6 +117,7 @@ def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, .
             except ImportError:
                 err("writing Parquet needs pyarrow: pip install 'kvlogdiag[parquet]' (or use .csv/.json)")
                 return ExitCode.ERROR
+    scan_mode.PANDAS_AFTER = fmt_out == "csv" or (bool(output) and fmt in ("csv", "parquet"))
     for what, target in (("--output", output), ("--state", state_path), ("--html", html_path)):
         if target:  # found out before the scan, not after it (the rows would be lost)
             where = os.path.dirname(os.path.abspath(target))
@@ -309,9 +309,8 @@ def scan(paths: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, .
         text = statistics_text(logs, fmt_out) if statistics else \
             ci_text(fmt_out, logs, [rule_info(r) for r in analyzer.rules.rules], opts.fail_on, "scan", code)
     elif fmt_out == "table":
-        df = to_frame(ordered)
         counts = {"analysed": len(todo), "cached": cached, "dropped": dropped}
-        text = summary_tables(df, analyzer.rules.by_code(), time.monotonic() - t0, counts)
+        text = summary_tables(ordered, analyzer.rules.by_code(), time.monotonic() - t0, counts)
     else:
         text = render_rows(fmt_out, ordered)
     code = finish(Output(ci_output, quiet), text, code)

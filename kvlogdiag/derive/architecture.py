@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
@@ -34,11 +33,6 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from kvlogdiag.errors import KvlogdiagError
-
-if sys.version_info >= (3, 11):  # pragma: no cover - depends on interpreter
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 __all__ = [
     "GIB_BYTES",
@@ -683,7 +677,10 @@ def _data_text(filename: str) -> str:
 @lru_cache(maxsize=1)
 def catalogue_entries() -> tuple[CatalogueEntry, ...]:
     """All entries of the built-in catalogue ``kvlogdiag/data/models.toml``."""
-    data = tomllib.loads(_data_text("models.toml"))
+    from kvlogdiag import tomlcache
+
+    data = tomlcache.loads(_data_text("models.toml"), remember=True)  # parsed once, then read back as JSON
+    tomlcache.flush()
     entries = []
     for item in data.get("models", []):
         name = item["name"]

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from kvlogdiag import recache
 from kvlogdiag.extract.pyrepr import parse_json_or_repr, scalar
 
 # kvlogdiag's own spellings mapped to argparse destinations (log dumps and old releases)
@@ -46,10 +47,10 @@ _TRUE_FALSE = {"true": True, "false": False, "1": True, "0": False}
 
 # <model>, $MODEL, ${LEN}, {{ tp }}, {max_len}, [model_tag], '...', /path/to/model, your-model, N, vx.x.x
 # (a JSON value's braces are not a placeholder; '/path/to/Qwen3-8B' is a redacted path, its model name real)
-_PLACEHOLDER = re.compile(r"<[^<>]*>|\$\{?[A-Za-z_]|\{\{|\}\}|^\{[A-Za-z_]\w*\}$|^\[[^\]\"',]*\]$|\.\.\.|…"
-                          r"|^/?(?:\w+/)*path/to/(?:the/)?(?:your[-_]?)?(?:model|models|model[-_]?(?:dir|path|name)|checkpoint|ckpt|weights|dir)s?/?$"
-                          r"|\byour[-_ ]|\bYOUR_|^x+$|^v?x\.x(?:\.x)?$"
-                          r"|^(?:N|M|K|X|NUM|INT|VALUE|MODEL(?:_NAME|_PATH|_ID)?|SIZE|LEN)$", re.I)
+_PLACEHOLDER = recache.compile(r"<[^<>]*>|\$\{?[A-Za-z_]|\{\{|\}\}|^\{[A-Za-z_]\w*\}$|^\[[^\]\"',]*\]$|\.\.\.|…"
+                               r"|^/?(?:\w+/)*path/to/(?:the/)?(?:your[-_]?)?(?:model|models|model[-_]?(?:dir|path|name)|checkpoint|ckpt|weights|dir)s?/?$"
+                               r"|\byour[-_ ]|\bYOUR_|^x+$|^v?x\.x(?:\.x)?$"
+                               r"|^(?:N|M|K|X|NUM|INT|VALUE|MODEL(?:_NAME|_PATH|_ID)?|SIZE|LEN)$", re.I)
 
 _CURLY = str.maketrans({"\u201c": '"', "\u201d": '"', "\u201e": '"', "\u2018": "'", "\u2019": "'", "\u00a0": " ",
                         "\u2013": "-", "\u2014": "-"})
@@ -194,25 +195,25 @@ def split_shell(text: str) -> list[str]:
 # -- finding the command in a line ----------------------------------------------------------------
 
 # where vLLM's own argument list begins: 'vllm serve', the api_server module or script, an image
-_ANCHOR = re.compile(
+_ANCHOR = recache.compile(
     r"(?P<serve>(?<![\w./~-])(?:[\w./~-]*/)?vllm[\"',\s]+serve\b[\"',]?)"
     r"|(?P<module>(?<![\w.-])-m[\"',\s]+[\"']?vllm\.entrypoints\.[\w.]*api_server\b[\"',]?)"
     r"|(?P<script>(?<![\w./~-])(?:[\w./~-]*/)?api_server\.py\b)"
     r"|(?P<image>(?<![\w./-])[\w.-]*(?:/[\w.-]+)*/vllm-openai(?::[\w.-]+)?(?=[\s\"',]|$))"
     r"|(?P<bench>(?<![\w./~-])(?:[\w./~-]*/)?benchmark_\w+\.py\b)")
 # a user reporting what they ran (the command after it is this run's): "I ran", "Running", "launched with"
-_RAN_LEAD = re.compile(r"(?:\bI(?:'m| am)?\s+(?:ran|run|running|launched|launch|started|start|used|use|executed)"
-                       r"|\b[Rr]unning|\b(?:[Ll]aunched|[Ss]tarted|[Ss]erved|[Dd]eployed)\s+(?:it\s+)?(?:with|using|via|by)"
-                       r"|\b[Cc]ommand(?:\s+(?:is|was|used))?\s*[:=]?|\b[Cc]md\s*[:=]|\busing)\W*$")
-_RAN_LEAD_AT = re.compile(_RAN_LEAD.pattern.removesuffix(r"\W*$"))
+_RAN_LEAD = recache.compile(r"(?:\bI(?:'m| am)?\s+(?:ran|run|running|launched|launch|started|start|used|use|executed)"
+                            r"|\b[Rr]unning|\b(?:[Ll]aunched|[Ss]tarted|[Ss]erved|[Dd]eployed)\s+(?:it\s+)?(?:with|using|via|by)"
+                            r"|\b[Cc]ommand(?:\s+(?:is|was|used))?\s*[:=]?|\b[Cc]md\s*[:=]|\busing)\W*$")
+_RAN_LEAD_AT = recache.compile(_RAN_LEAD.pattern.removesuffix(r"\W*$"))
 # a reply suggesting a command: not the run's
-_ADVICE = re.compile(r"\b(?:try|Try|could|should|e\.g\.|[Ee]xample|suggest|recommend|instead|consider|maybe|perhaps"
-                     r"|[Pp]lease|docs?\b|documentation|[Ii]f you|you can|You can|you may|need to|must|[Uu]sage)\b")
+_ADVICE = recache.compile(r"\b(?:try|Try|could|should|e\.g\.|[Ee]xample|suggest|recommend|instead|consider|maybe|perhaps"
+                          r"|[Pp]lease|docs?\b|documentation|[Ii]f you|you can|You can|you may|need to|must|[Uu]sage)\b")
 # The words that may stand before a command in a shell line, one word at a time (a regex over the whole
 # prefix would backtrack exponentially on a long hostile line): prompts, list bullets, line numbers,
 # env assignments, wrappers and their options, paths, host:port, images, numbers, quoted words.
-_PROMPT_WORD = re.compile(r"\S*[#$>%\u276f\u279c\u00bb\u03bb]|\([\w.-]+\)|[-*+>]|\d+[:.)]|`+")
-_SHELL_WORD = re.compile(
+_PROMPT_WORD = recache.compile(r"\S*[#$>%\u276f\u279c\u00bb\u03bb]|\([\w.-]+\)|[-*+>]|\d+[:.)]|`+")
+_SHELL_WORD = recache.compile(
     r"export|[A-Za-z_][A-Za-z0-9_]*=\S*"
     r"|nohup|exec|time|sudo|env|nice|stdbuf|numactl|taskset|srun|salloc|mpirun|mpiexec|torchrun|ray|uv|uvx|pipx"
     r"|conda|poetry|pdm|hatch|bash|sh|zsh|apptainer|singularity|docker|podman|nerdctl|kubectl|ssh|screen|tmux"
@@ -335,8 +336,8 @@ def list_tokens_args(items: list[str], in_image: bool = False) -> dict[str, Any]
     return None
 
 
-_LIST = re.compile(r"\[([^\[\]]*)\]")
-_YAML_KEY = re.compile(r"^\s*(?:-\s+)?(?P<key>command|args|entrypoint|cmd|CMD|ENTRYPOINT)\s*[:=]?\s*(?P<rest>.*)$")
+_LIST = recache.compile(r"\[([^\[\]]*)\]")
+_YAML_KEY = recache.compile(r"^\s*(?:-\s+)?(?P<key>command|args|entrypoint|cmd|CMD|ENTRYPOINT)\s*[:=]?\s*(?P<rest>.*)$")
 
 
 def list_command(text: str) -> Command | None:
@@ -382,8 +383,8 @@ def flag_line_args(text: str) -> tuple[dict[str, Any], int]:
 
 # -- Python calls -----------------------------------------------------------------------------------
 
-PY_CALL = re.compile(r"(?<![\w.])(?:vllm\.)?(?P<fn>LLM|EngineArgs|AsyncEngineArgs)\s*\(")
-_KWARG = re.compile(r"(?<![\w.])(?P<key>[A-Za-z_][\w-]*)\s*=\s*(?P<value>\"[^\"]*\"|'[^']*'|[\w.+-]+|\{[^{}]*\}|\[[^\[\]]*\])\s*(?=[,)]|$)")
+PY_CALL = recache.compile(r"(?<![\w.])(?:vllm\.)?(?P<fn>LLM|EngineArgs|AsyncEngineArgs)\s*\(")
+_KWARG = recache.compile(r"(?<![\w.])(?P<key>[A-Za-z_][\w-]*)\s*=\s*(?P<value>\"[^\"]*\"|'[^']*'|[\w.+-]+|\{[^{}]*\}|\[[^\[\]]*\])\s*(?=[,)]|$)")
 
 
 def python_kwargs(text: str) -> dict[str, Any]:
@@ -428,8 +429,8 @@ def python_call(text: str) -> tuple[dict[str, Any], bool] | None:
 
 # -- YAML block lists (Kubernetes 'args:' / compose 'command:' with one '- item' per line) ----------
 
-_BLOCK_HEAD = re.compile(r"^\s*(?:-\s+)?(?:command|args)\s*:\s*(?:\|-?|>-?)?\s*$")
-_BLOCK_ITEM = re.compile(r"^\s*-\s+(?P<item>\S.*)$")
+_BLOCK_HEAD = recache.compile(r"^\s*(?:-\s+)?(?:command|args)\s*:\s*(?:\|-?|>-?)?\s*$")
+_BLOCK_ITEM = recache.compile(r"^\s*-\s+(?P<item>\S.*)$")
 
 
 class BlockList:

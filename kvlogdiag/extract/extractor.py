@@ -12,6 +12,7 @@ import math
 import re
 from typing import Any, Callable
 
+from kvlogdiag import recache
 from kvlogdiag.catalogue.patterns import STATS_TAIL, Pattern, catalogue
 from kvlogdiag.extract import commands
 from kvlogdiag.extract.facts import Fact, LogFacts
@@ -41,8 +42,8 @@ _START_MARKERS = {"engine_config", "api_server_version", "server_version", "logo
 # printed once per server start by the API server (or the V0 entrypoint): seen again from the same kind of
 # process, it is a restart even when the first start never reached KV sizing (a failed start, then a retry)
 _ONCE_PER_START = {"api_server_version", "server_version", "logo_version", "non_default_args", "args_namespace"}
-_PID_RE = re.compile(r"\bpid=(\d+)")
-_DP_RE = re.compile(r"(?:_DP|EngineCore_)(\d+)")
+_PID_RE = recache.compile(r"\bpid=(\d+)")
+_DP_RE = recache.compile(r"(?:_DP|EngineCore_)(\d+)")
 _DEVICE_PLATFORM = {"cuda": "cuda", "npu": "npu", "cpu": "cpu", "xpu": "xpu", "tpu": "tpu", "hpu": "hpu",
                     "rocm": "rocm", "ascend": "npu", "neuron": None}
 
@@ -171,7 +172,7 @@ def _dispatch_tables() -> tuple[list[Pattern], dict[str, list[Pattern]], re.Patt
             lst = [p for k, ps in own.items() if k in kw for p in ps]
             by_kw[kw] = list({p.name: p for p in lst}.values())
         kws = sorted(by_kw, key=len, reverse=True)
-        _TABLES = (pats, by_kw, re.compile("|".join(re.escape(k) for k in kws)))
+        _TABLES = (pats, by_kw, recache.compile("|".join(re.escape(k) for k in kws)))
     return _TABLES
 
 
@@ -414,7 +415,7 @@ class Extractor:
         self._cmd_need_model = cmd.needs_model  # 'vllm serve \' + the model on the line below
         self._args_dict(cmd.args, fact, source)
 
-    _LIST_HINT = re.compile(r"\[\s*[\"'\u201c]")
+    _LIST_HINT = recache.compile(r"\[\s*[\"'\u201c]")
 
     def _harvest(self, line: Line, matched: set[str]) -> None:
         """What the catalogue's patterns do not read: platform evidence (extract/platform.py) and launch
@@ -485,7 +486,7 @@ class Extractor:
             self.facts.env[name] = self._with(fact, value, "env")
         self._emit("env", fact)
 
-    _ENV_ALL = re.compile(r"(?<![\w-])(?:export\s+)?(VLLM_[A-Z0-9_]+)=(\"[^\"]*\"|'[^']*'|[^\s,;)]+)")
+    _ENV_ALL = recache.compile(r"(?<![\w-])(?:export\s+)?(VLLM_[A-Z0-9_]+)=(\"[^\"]*\"|'[^']*'|[^\s,;)]+)")
 
     def _env_iter(self, text: str):
         for em in self._ENV_ALL.finditer(text):
@@ -749,7 +750,7 @@ class Extractor:
         self._emit("insufficient_kv", f)
         return f
 
-    _HEAD = re.compile(r"^\s*(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d (?:\[[^\]]*\] |\S+\] )?)?")
+    _HEAD = recache.compile(r"^\s*(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d (?:\[[^\]]*\] |\S+\] )?)?")
 
     def _h_insufficient_kv_part(self, m, line, fact):
         """The insufficient-KV message split over lines (newer vLLM, wrapped pastes): join nearby parts."""

@@ -21,6 +21,7 @@ import re
 from collections import OrderedDict, deque
 from typing import Any, Callable
 
+from kvlogdiag import recache
 from kvlogdiag.catalogue.failures import FailureCatalogue, FailureMatch, catalogue, harvested_source, library_source
 from kvlogdiag.extract.commands import arg_table
 from kvlogdiag.input.reader import Line
@@ -30,66 +31,66 @@ MAX_PROCESSES = 64
 MAX_ECHOES = 10
 
 # python logging as fastchat / gpustack wrap it: "2024-02-20 21:46:23 | ERROR | stderr | <text>"
-_PYLOG = re.compile(r"^(?:[\w.-]+ +\| )?\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \| (?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) \| [\w.-]+ \| ?")
+_PYLOG = recache.compile(r"^(?:[\w.-]+ +\| )?\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \| (?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) \| [\w.-]+ \| ?")
 _HEAD_RX = (r"(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
             r"(?:\[[^\]]*\] ?|[\w.]+:\d+\] ?)?")
-_HEAD = re.compile("^" + _HEAD_RX)
+_HEAD = recache.compile("^" + _HEAD_RX)
 # the same record head behind whatever a collector or a paste put before it (`vllm-1  | `, a second and
 # third process prefix, a timestamp): vLLM's level + date + source form is specific enough to find anywhere
-_HEAD_ANY = re.compile(r"(?<![\w.])" + _HEAD_RX)
+_HEAD_ANY = recache.compile(r"(?<![\w.])" + _HEAD_RX)
 HEAD_WINDOW = 240
-_PREFIXES = re.compile(r"^(?:\((?:[^()]{1,80}?) pid=\d+[^()]{0,60}\)\s*)+")
-_UVICORN = re.compile(r"^(?P<level>ERROR|CRITICAL|INFO|WARNING):\s+")
-_EXC = re.compile(r"^(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Failure|Fault|Interrupt)"
-                  # a module-qualified exception of any name (huggingface_hub.utils._http.OfflineModeIsEnabled)
-                  r"|(?:[a-z_][a-z0-9_]*\.)+[A-Z][A-Za-z0-9]+(?=:))"
-                  # "XError: message", or the repr a logger printed: XError("message")
-                  r"(?::\s*(?P<msg>.*)|\((?P<repr>[\"'].*[\"'])\))?$")
+_PREFIXES = recache.compile(r"^(?:\((?:[^()]{1,80}?) pid=\d+[^()]{0,60}\)\s*)+")
+_UVICORN = recache.compile(r"^(?P<level>ERROR|CRITICAL|INFO|WARNING):\s+")
+_EXC = recache.compile(r"^(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Failure|Fault|Interrupt)"
+                       # a module-qualified exception of any name (huggingface_hub.utils._http.OfflineModeIsEnabled)
+                       r"|(?:[a-z_][a-z0-9_]*\.)+[A-Z][A-Za-z0-9]+(?=:))"
+                       # "XError: message", or the repr a logger printed: XError("message")
+                       r"(?::\s*(?P<msg>.*)|\((?P<repr>[\"'].*[\"'])\))?$")
 # a traceback pasted on one line (newlines lost): its last qualified exception starts the error
-_INLINE_EXC = re.compile(r"\s((?:[a-z_][a-z0-9_]*\.)+[A-Z]\w*(?:Error|Exception)\w*: )")
-_VALIDATION = re.compile(r"(?<!\d)(?P<count>\d+) validation errors? for (?P<config>\w+)")
-_PYDANTIC_ITEM = re.compile(r"^(?:Value error, (?P<value_error>.*)|(?P<item>.*\[type=[\w.]+.*))$")
-_PID = re.compile(r"\((?P<name>[^()]*?) pid=(?P<pid>\d+)")
+_INLINE_EXC = recache.compile(r"\s((?:[a-z_][a-z0-9_]*\.)+[A-Z]\w*(?:Error|Exception)\w*: )")
+_VALIDATION = recache.compile(r"(?<!\d)(?P<count>\d+) validation errors? for (?P<config>\w+)")
+_PYDANTIC_ITEM = recache.compile(r"^(?:Value error, (?P<value_error>.*)|(?P<item>.*\[type=[\w.]+.*))$")
+_PID = recache.compile(r"\((?P<name>[^()]*?) pid=(?P<pid>\d+)")
 _STARTED = ("Application startup complete", "Uvicorn running on")
-_FRAME = re.compile(r'^File "[^"]*", line \d+')
+_FRAME = recache.compile(r'^File "[^"]*", line \d+')
 # frames only a running server executes: a traceback through them is a runtime crash, not a failed start
 # (execute_model is not one of them: V0 profiles the KV cache with it during start-up)
-_RUNTIME_FRAME = re.compile(r'^File "[^"]*", line \d+,? in (?:run_engine_loop|engine_step|run_busy_loop|'
-                            r'_process_engine_step|step_with_batch_queue|_process_input_queue|'
-                            # the engine core serving a client's utility call, the API server reading outputs
-                            # or handling a request (vllm 0.11.2 vllm/v1/engine/core.py:900
-                            # _handle_client_request, core_client.py:196 get_output_async, entrypoints/openai
-                            # serving_*.py), LLM.generate of an offline program
-                            r'_handle_client_request|get_output_async|output_handler|create_chat_completion|'
-                            r'create_completion|chat_completion_stream_generator|completion_stream_generator|'
-                            r'generate|'
-                            # sleep mode: an engine woken up or put to sleep had started (LLM.wake_up/sleep)
-                            r'wake_up|sleep|'
-                            # V0's async engine stepping (vllm 0.10.2 vllm/engine/async_llm_engine.py:261 step_async →
-                            # :339 execute_model_async); start-up profiles through the synchronous execute_model
-                            r'step_async|execute_model_async|_driver_execute_model_async|'
-                            # V1's engine step (vllm 0.10.2 vllm/v1/engine/core.py:262,334)
-                            r'execute_model_with_error_logging)\b'
-                            # V1 workers run execute_model only for a scheduled batch (0.10.2 v1/worker/gpu_worker.py:425
-                            # → gpu_model_runner.py:2000, called from EngineCore.step); start-up uses _dummy_run
-                            r'|^File "[^"]*/vllm/v1/worker/\w+\.py", line \d+,? in execute_model\b'
-                            # a program's call on an LLM that was constructed (entrypoints/llm.py)
-                            r'|^File "[^"]*entrypoints/llm\.py", line \d+,? in (?:collective_rpc|chat|encode|embed|score|classify|reward)\b')
+_RUNTIME_FRAME = recache.compile(r'^File "[^"]*", line \d+,? in (?:run_engine_loop|engine_step|run_busy_loop|'
+                                 r'_process_engine_step|step_with_batch_queue|_process_input_queue|'
+                                 # the engine core serving a client's utility call, the API server reading outputs
+                                 # or handling a request (vllm 0.11.2 vllm/v1/engine/core.py:900
+                                 # _handle_client_request, core_client.py:196 get_output_async, entrypoints/openai
+                                 # serving_*.py), LLM.generate of an offline program
+                                 r'_handle_client_request|get_output_async|output_handler|create_chat_completion|'
+                                 r'create_completion|chat_completion_stream_generator|completion_stream_generator|'
+                                 r'generate|'
+                                 # sleep mode: an engine woken up or put to sleep had started (LLM.wake_up/sleep)
+                                 r'wake_up|sleep|'
+                                 # V0's async engine stepping (vllm 0.10.2 vllm/engine/async_llm_engine.py:261 step_async →
+                                 # :339 execute_model_async); start-up profiles through the synchronous execute_model
+                                 r'step_async|execute_model_async|_driver_execute_model_async|'
+                                 # V1's engine step (vllm 0.10.2 vllm/v1/engine/core.py:262,334)
+                                 r'execute_model_with_error_logging)\b'
+                                 # V1 workers run execute_model only for a scheduled batch (0.10.2 v1/worker/gpu_worker.py:425
+                                 # → gpu_model_runner.py:2000, called from EngineCore.step); start-up uses _dummy_run
+                                 r'|^File "[^"]*/vllm/v1/worker/\w+\.py", line \d+,? in execute_model\b'
+                                 # a program's call on an LLM that was constructed (entrypoints/llm.py)
+                                 r'|^File "[^"]*entrypoints/llm\.py", line \d+,? in (?:collective_rpc|chat|encode|embed|score|classify|reward)\b')
 # frames of a start-up: the engine / workers being built, the model loaded, the KV cache profiled and
 # allocated, CUDA graphs captured (vllm 0.11.2 vllm/v1/engine/core.py EngineCore.__init__ →
 # _initialize_kv_caches; v1/worker/gpu_worker.py init_device / load_model / determine_available_memory /
 # initialize_from_config / compile_or_warm_up_model; V0 worker.py determine_num_available_blocks)
-_STARTUP_FRAME = re.compile(r'^File "[^"]*", line \d+,? in (?:__init__|init_device|load_model|determine_available_memory|'
-                            r'determine_num_available_blocks|profile_run|_dummy_run|_dummy_sampler_run|initialize_from_config|'
-                            r'initialize_cache|_initialize_kv_caches|initialize_kv_cache|capture_model|compile_or_warm_up_model|'
-                            r'run_engine_core|from_engine_args|from_vllm_config|build_async_engine_client\w*|'
-                            r'init_worker|init_device_mesh|_init_executor|_init_workers\w*|make_client|launch_core_engines|'
-                            r'wait_for_engine_startup|get_model|load_weights|create_engine_config|run_server|'
-                            # process groups set up, the dtype checked, graphs captured, the model compiled
-                            # (torch.compile / dynamo / inductor run while vLLM warms up, not per step)
-                            r'init_worker_distributed_environment|ensure_model_parallel_initialized|initialize_model_parallel|'
-                            r'init_distributed_environment|init_model|_check_if_gpu_supports_dtype|capture_begin|capture_end|'
-                            r'_compile|compile_inner|_compile_inner|compile_fx\w*|transform_code_object)\b')
+_STARTUP_FRAME = recache.compile(r'^File "[^"]*", line \d+,? in (?:__init__|init_device|load_model|determine_available_memory|'
+                                 r'determine_num_available_blocks|profile_run|_dummy_run|_dummy_sampler_run|initialize_from_config|'
+                                 r'initialize_cache|_initialize_kv_caches|initialize_kv_cache|capture_model|compile_or_warm_up_model|'
+                                 r'run_engine_core|from_engine_args|from_vllm_config|build_async_engine_client\w*|'
+                                 r'init_worker|init_device_mesh|_init_executor|_init_workers\w*|make_client|launch_core_engines|'
+                                 r'wait_for_engine_startup|get_model|load_weights|create_engine_config|run_server|'
+                                 # process groups set up, the dtype checked, graphs captured, the model compiled
+                                 # (torch.compile / dynamo / inductor run while vLLM warms up, not per step)
+                                 r'init_worker_distributed_environment|ensure_model_parallel_initialized|initialize_model_parallel|'
+                                 r'init_distributed_environment|init_model|_check_if_gpu_supports_dtype|capture_begin|capture_end|'
+                                 r'_compile|compile_inner|_compile_inner|compile_fx\w*|transform_code_object)\b')
 # lines only a server that finished starting prints: the engine core was constructed and entered its busy
 # loop (vllm 0.11.2 vllm/v1/engine/core.py:835-845 `run_engine_core`: "EngineCore failed to start." while
 # `engine_core is None`, "EngineCore encountered a fatal error." after), and the API server's output
@@ -109,59 +110,59 @@ _RUNTIME_MARKERS = ("EngineCore encountered a fatal error", "AsyncLLM output_han
                     "update_state_after_alloc")
 # ... and lines about a request (an id the OpenAI server gives it, "for request <id>"), or the engine core
 # failing a utility call (vllm 0.11.2 vllm/v1/engine/core.py:918 "Invocation of %s method failed")
-_RUNTIME_LINE = re.compile(r"\b(?:chatcmpl|cmpl|embd)-[0-9a-f]{8}|\bfor request (?:chatcmpl|cmpl|[\w-]{12,})|\bInvocation of \w+ method failed"
-                           # one request's prompt longer than max_model_len (vllm/v1/engine/processor.py input validation)
-                           r"|\bprompt \(length \d+\) is longer than the maximum model length"
-                           # NIXL's handshake with a remote engine runs in the background for a request's KV load
-                           # (vllm 0.13.0 nixl_connector.py:1134-1158, from start_load_kv at :1953)
-                           r"|\bHandshake with [\w-]+ failed\b")
+_RUNTIME_LINE = recache.compile(r"\b(?:chatcmpl|cmpl|embd)-[0-9a-f]{8}|\bfor request (?:chatcmpl|cmpl|[\w-]{12,})|\bInvocation of \w+ method failed"
+                                # one request's prompt longer than max_model_len (vllm/v1/engine/processor.py input validation)
+                                r"|\bprompt \(length \d+\) is longer than the maximum model length"
+                                # NIXL's handshake with a remote engine runs in the background for a request's KV load
+                                # (vllm 0.13.0 nixl_connector.py:1134-1158, from start_load_kv at :1953)
+                                r"|\bHandshake with [\w-]+ failed\b")
 # an ERROR logged by the OpenAI server's request handlers (vllm/entrypoints/openai/serving_*.py): a request
 # was being served
-_SERVING_HEAD = re.compile(r"(?:ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?serving_\w+\.py:\d+\]")
+_SERVING_HEAD = recache.compile(r"(?:ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?serving_\w+\.py:\d+\]")
 # ANSI colours and CR written out as text by log exporters (CloudWatch / syslog `#033[..m`, `#015`; `^[[..m`)
-_LITERAL_ESC = re.compile(r"#033\[[0-9;]*[A-Za-z]|\^\[\[[0-9;]*[A-Za-z]|#015$")
+_LITERAL_ESC = recache.compile(r"#033\[[0-9;]*[A-Za-z]|\^\[\[[0-9;]*[A-Za-z]|#015$")
 # a short lead before a pasted exception line ("报错：", "Error: ")
-_LEAD = re.compile(r"^(?:[^\s:：]{1,12}[:：]\s*|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z?\s+|[\]\)>|]+\s+)"
-                   r"(?=(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)\b)")
+_LEAD = recache.compile(r"^(?:[^\s:：]{1,12}[:：]\s*|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z?\s+|[\]\)>|]+\s+)"
+                        r"(?=(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)\b)")
 # NCCL's wrapper errors that state a CUDA / system failure on the lines after them ("Last error: ...")
-_WRAPPER = re.compile(r"unhandled cuda error|ncclUnhandledCudaError|unhandled system error|ncclSystemError")
+_WRAPPER = recache.compile(r"unhandled cuda error|ncclUnhandledCudaError|unhandled system error|ncclSystemError")
 # a reporter's Markdown emphasis around a pasted line (**_ValueError: ..._**, `ValueError: ...`)
-_MD_OPEN = re.compile(r"^[*_`]{1,3}(?=[A-Za-z])")
-_MD_CLOSE = re.compile(r"(?<=\S)[*_`]{1,3}$")
+_MD_OPEN = recache.compile(r"^[*_`]{1,3}(?=[A-Za-z])")
+_MD_CLOSE = recache.compile(r"(?<=\S)[*_`]{1,3}$")
 # an exception inside backticks anywhere in a line of prose (or a wrapper's message), as text or repr
-_TICKED_EXC = re.compile(r"`[^`]*?(?P<exc_text>(?<![\w.])(?P<name>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception))"
-                         r"(?:: [^`]{8,}|\((?P<q>[\"'])[^`]{8,}(?P=q)\)))`")
-_DQUOTED_EXC = re.compile(r'"(?P<exc_text>(?P<name>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): [^"]{8,})"')
+_TICKED_EXC = recache.compile(r"`[^`]*?(?P<exc_text>(?<![\w.])(?P<name>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception))"
+                              r"(?:: [^`]{8,}|\((?P<q>[\"'])[^`]{8,}(?P=q)\)))`")
+_DQUOTED_EXC = recache.compile(r'"(?P<exc_text>(?P<name>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): [^"]{8,})"')
 # Python's own AttributeError text, logged at ERROR as str(e) without the exception's name (V0 engine.py)
-_ATTR_MSG = re.compile(r"^'[\w.]+' object has no attribute '\w+'$")
+_ATTR_MSG = recache.compile(r"^'[\w.]+' object has no attribute '\w+'$")
 # vLLM's CLI flags named in a message (`--enable-auto-tool-choice and --enable-reasoning cannot be …`)
-_FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9]*(?:-[a-z0-9]+)+\b")
+_FLAG = recache.compile(r"(?<![\w-])--[a-z][a-z0-9]*(?:-[a-z0-9]+)+\b")
 # Python's warnings module: "path.py:LINE: CategoryWarning: message"
-_PY_WARNING = re.compile(r"^\S+\.py:\d+: \w*Warning: ")
+_PY_WARNING = recache.compile(r"^\S+\.py:\d+: \w*Warning: ")
 # vLLM turning off the hybrid KV cache manager (0.32.0 vllm/config/vllm.py:2179-2189, "because `--kv-transfer-config`
 # …"; older releases name other reasons) or finding it off for a hybrid model (v1/core/kv_cache_utils.py:1816-1821:
 # "we do not enable any optimizations for saving KV cache memory"): every layer then keeps full-length KV
-_HMA_OFF = re.compile(r"Turning off hybrid kv cache manager because [^\n]{0,200}?(?=\.\.\.|\. |$)"
-                      r"|Hybrid KV cache manager is disabled for this hybrid model")
+_HMA_OFF = recache.compile(r"Turning off hybrid kv cache manager because [^\n]{0,200}?(?=\.\.\.|\. |$)"
+                           r"|Hybrid KV cache manager is disabled for this hybrid model")
 DEVICE_WARNING_LINES = 20  # how far from a devices cause torch's probe warning may be to explain it
 # torch's device probe saying why it sees no device ("torch/cuda/__init__.py:129: UserWarning: CUDA initialization:
 # Unexpected error from cudaGetDeviceCount() ...", "torch/xpu/__init__.py:74: UserWarning: XPU device count is zero!"):
 # the reason behind vLLM's "Failed to infer device type" / "No CUDA GPUs are available"
-_TORCH_DEVICE_WARNING = re.compile(r"torch/(?:cuda|xpu|npu|mps)/__init__\.py:\d+: (?P<w>UserWarning: [^\n]{4,400}?)(?=Traceback \(|$)")
+_TORCH_DEVICE_WARNING = recache.compile(r"torch/(?:cuda|xpu|npu|mps)/__init__\.py:\d+: (?P<w>UserWarning: [^\n]{4,400}?)(?=Traceback \(|$)")
 # the next line of a plain (unlogged) exception message: a sentence, not another record, warning or path
-_CONTINUATION = re.compile(r"^(?:[A-Z][a-z]|'[\w.]+' object\b)")
-_NOT_CONTINUATION = re.compile(r"[Ww]arning\b|\d{4}-\d\d-\d\d[T ]\d\d:\d\d|^\S+\.py:\d+|\[rank\d+\]")
-_QUOTED_EXC = re.compile(r"""^["'](?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception): \S""")
+_CONTINUATION = recache.compile(r"^(?:[A-Z][a-z]|'[\w.]+' object\b)")
+_NOT_CONTINUATION = recache.compile(r"[Ww]arning\b|\d{4}-\d\d-\d\d[T ]\d\d:\d\d|^\S+\.py:\d+|\[rank\d+\]")
+_QUOTED_EXC = recache.compile(r"""^["'](?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception): \S""")
 # a traceback frame whose start the paste cut off (`vllm/model_executor/models/x.py", line 53, in __init__`)
-_CUT_FRAME = re.compile(r'^[^"\s]+\.py", line \d+, in \w+$')
+_CUT_FRAME = recache.compile(r'^[^"\s]+\.py", line \d+, in \w+$')
 # a message that starts with one of vLLM's parameter names (`max_num_scheduled_tokens is set to -1792, …`)
-_PARAM_LEAD = re.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)+ ")
+_PARAM_LEAD = recache.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)+ ")
 # the worker's message inside vLLM's relay: "Worker failed with error '<msg>', please check …" (0.8.5+), and
 # 0.8.x's tuple repr "('Worker failed with error %s, please check …', \"<msg>\")"
-_RELAYED = re.compile(r"""Worker failed with error (?:'(?P<a>[^\n]*?)', please check|%s, please check[^'"]{0,80}', (?P<q>["'])(?P<b>[^\n]*)(?P=q)\))""")
+_RELAYED = recache.compile(r"""Worker failed with error (?:'(?P<a>[^\n]*?)', please check|%s, please check[^'"]{0,80}', (?P<q>["'])(?P<b>[^\n]*)(?P=q)\))""")
 
 
-_RECORD_LOC = re.compile(r"(?:ERROR|CRITICAL) \d\d-\d\d [\d:.,]+ \[?([\w.-]+\.py:\d+)\]")
+_RECORD_LOC = recache.compile(r"(?:ERROR|CRITICAL) \d\d-\d\d [\d:.,]+ \[?([\w.-]+\.py:\d+)\]")
 
 
 def _record_loc(text: str) -> str | None:
@@ -175,10 +176,10 @@ def _unquote(text: str) -> str:
     if len(text) > 2 and text[0] == text[-1] and text[0] in "\"'`" and text[0] not in text[1:-1]:
         return text[1:-1].strip()
     return text
-_WARNING_EXC = re.compile(r"Warning$")
+_WARNING_EXC = recache.compile(r"Warning$")
 # a string literal of a raise statement's message, as a traceback prints the source ("raise X(\"...\" ")
-_LITERAL = re.compile(r'"((?:[^"\\]|\\.)*)"|\'((?:[^\'\\]|\\.)*)\'')
-_RAISE = re.compile(r"^raise (?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*)\(\s*f?(?P<rest>[\"\'].*)$")
+_LITERAL = recache.compile(r'"((?:[^"\\]|\\.)*)"|\'((?:[^\'\\]|\\.)*)\'')
+_RAISE = recache.compile(r"^raise (?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*)\(\s*f?(?P<rest>[\"\'].*)$")
 _SIGNALS = {"9": "SIGKILL", "-9": "SIGKILL", "15": "SIGTERM", "-15": "SIGTERM", "6": "SIGABRT", "-6": "SIGABRT",
             "11": "SIGSEGV", "-11": "SIGSEGV", "137": "SIGKILL", "139": "SIGSEGV", "134": "SIGABRT"}
 
@@ -204,8 +205,8 @@ def split_level(text: str) -> tuple[str | None, str]:
     return None, text
 
 
-_UNEXPECTED_KW = re.compile(r"got an unexpected keyword argument '([\w-]+)'")
-_TORCH_RANK = re.compile(r"^\[rank(\d+)\]:")
+_UNEXPECTED_KW = recache.compile(r"got an unexpected keyword argument '([\w-]+)'")
+_TORCH_RANK = recache.compile(r"^\[rank(\d+)\]:")
 
 
 def process_of(line: Line) -> str | None:

@@ -16,24 +16,19 @@ from __future__ import annotations
 
 import functools
 import re
-import sys
 from dataclasses import dataclass
 from importlib import resources
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
-
+from kvlogdiag import recache
 from kvlogdiag.extract.commands import is_placeholder
 
 # a vLLM log record head ('INFO 10-20 13:41:05', '[file.py:12]') or a device tool's table row
-_LOG_HEAD = re.compile(r"\b(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b.{0,40}?\d\d:\d\d:\d\d|\[[\w.]+\.py:\d+\]"
-                       r"|^\s*(?:GPU|NPU|Chip|Device)\s+\d+\s*:|^\s*GPU\[\d+\]\s*:|^\s*File \"[^\"]+\", line \d+|^\s*(?:[\w.]+\.)?\w*(?:Error|Exception|Warning):|\bNVIDIA-SMI\s+\d|\bnpu-smi\s+\d|Driver Version:|^\s*=+\s*ROCm|^\s*\d+\s+\|")
+_LOG_HEAD = recache.compile(r"\b(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b.{0,40}?\d\d:\d\d:\d\d|\[[\w.]+\.py:\d+\]"
+                            r"|^\s*(?:GPU|NPU|Chip|Device)\s+\d+\s*:|^\s*GPU\[\d+\]\s*:|^\s*File \"[^\"]+\", line \d+|^\s*(?:[\w.]+\.)?\w*(?:Error|Exception|Warning):|\bNVIDIA-SMI\s+\d|\bnpu-smi\s+\d|Driver Version:|^\s*=+\s*ROCm|^\s*\d+\s+\|")
 # a row of nvidia-smi / npu-smi / rocm-smi's table, not a markdown table someone wrote
-_SMI_WORDS = re.compile(r"\d\s*MiB|(?<!\d)\d+W\s*/|[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:|\|\s*OK\s*\||\b(?:On|Off)\s*\||Bus-Id|Health|Perf\s|Persistence|NPU\s+Name|Chip\s")
-_COMMAND = re.compile(r"(?<![\w.-])(?:vllm\s+serve|vllm\.entrypoints|api_server\.py|docker\s+run|podman\s+run|srun|"
-                      r"export\s+[A-Z_]+=|kubectl|image\s*:)|^\s*(?:[A-Z][A-Z0-9_]*=\S*\s+)+\S|^\s*(?:-\s*)?(?:name|value)\s*:")
+_SMI_WORDS = recache.compile(r"\d\s*MiB|(?<!\d)\d+W\s*/|[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:|\|\s*OK\s*\||\b(?:On|Off)\s*\||Bus-Id|Health|Perf\s|Persistence|NPU\s+Name|Chip\s")
+_COMMAND = recache.compile(r"(?<![\w.-])(?:vllm\s+serve|vllm\.entrypoints|api_server\.py|docker\s+run|podman\s+run|srun|"
+                           r"export\s+[A-Z_]+=|kubectl|image\s*:)|^\s*(?:[A-Z][A-Z0-9_]*=\S*\s+)+\S|^\s*(?:-\s*)?(?:name|value)\s*:")
 
 
 @dataclass(frozen=True)
@@ -61,7 +56,12 @@ class _Entry:
 @functools.cache
 def table() -> dict:
     """``kvlogdiag/catalogue/devices.toml`` as read."""
-    return tomllib.loads(resources.files("kvlogdiag.catalogue").joinpath("devices.toml").read_text(encoding="utf-8"))
+    from kvlogdiag import tomlcache
+
+    text = resources.files("kvlogdiag.catalogue").joinpath("devices.toml").read_text(encoding="utf-8")
+    data = tomlcache.loads(text, remember=True)  # parsed once, then read back as JSON (by content hash)
+    tomlcache.flush()
+    return data
 
 
 @functools.cache
@@ -71,10 +71,10 @@ def _entries() -> tuple[_Entry, ...]:
     for what in ("device", "tool", "file", "image"):
         for e in t.get(what, []):
             sn = e.get("short_needs")
-            out.append(_Entry(what, e["name"], e["platform"], re.compile(e["regex"]), e.get("strength") == "weak",
-                              re.compile(sn) if sn else None))
+            out.append(_Entry(what, e["name"], e["platform"], recache.compile(e["regex"]), e.get("strength") == "weak",
+                              recache.compile(sn) if sn else None))
     for e in t.get("env", []):
-        rx = re.compile(r"(?<![\w-])" + re.escape(e["name"]) + r"""["']?\s*(?:=|:\s*|"?\s*,\s*"?value"?\s*:\s*)(?P<v>"[^"]*"|'[^']*'|[^\s,;)}\]]*)""")
+        rx = recache.compile(r"(?<![\w-])" + re.escape(e["name"]) + r"""["']?\s*(?:=|:\s*|"?\s*,\s*"?value"?\s*:\s*)(?P<v>"[^"]*"|'[^']*'|[^\s,;)}\]]*)""")
         out.append(_Entry("env", e["name"], e["platform"], rx, e.get("strength") == "weak", None))
     return tuple(out)
 
@@ -90,10 +90,10 @@ def keywords() -> tuple[str, ...]:
 
 @functools.cache
 def keyword_regex() -> re.Pattern[str]:
-    return re.compile("|".join(re.escape(k) for k in sorted(keywords(), key=len, reverse=True)))
+    return recache.compile("|".join(re.escape(k) for k in sorted(keywords(), key=len, reverse=True)))
 
 
-_SHORT_MODEL = re.compile(r"(?:^|[\s(x×])(?:A10G?|A16|A30|A40|A2|L4|L20|H20|P40|T4)(?:$|[\s,)-])")
+_SHORT_MODEL = recache.compile(r"(?:^|[\s(x×])(?:A10G?|A16|A30|A40|A2|L4|L20|H20|P40|T4)(?:$|[\s,)-])")
 
 
 def line_kind(text: str) -> str:
@@ -116,9 +116,9 @@ def _env_value_selects(v: str) -> bool:
 # which costs ~9 us a line: long logs are mostly records)
 _RECORD_WORDS = ("NVIDIA", "AMD", "Ascend", "Intel", "TPU", "VISIBLE_", "gfx", "Gaudi", "Radeon", "rocm", "ROCm",
                  "iter", "tpu", "xpu", "hpu", "npu", "cuda.py", "habana", "Apple")
-_RECORD_WORDS_RX = re.compile("|".join(map(re.escape, _RECORD_WORDS)))
+_RECORD_WORDS_RX = recache.compile("|".join(map(re.escape, _RECORD_WORDS)))
 # a vLLM record head after the envelope: 'INFO 10-20 13:41:05 [file.py:12]' (older: 'file.py:12]')
-RECORD = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) [\d-]+ [\d:.,]+ \[?[\w.]+\.py:\d+\]")
+RECORD = recache.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) [\d-]+ [\d:.,]+ \[?[\w.]+\.py:\d+\]")
 
 
 def evidence(text: str, record: bool = False) -> list[Evidence]:

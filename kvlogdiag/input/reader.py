@@ -29,6 +29,7 @@ import bz2
 import codecs
 import gzip
 import io
+import json
 import lzma
 import os
 import re
@@ -40,6 +41,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Iterator
 
+from kvlogdiag import recache
 from kvlogdiag.catalogue.failures import prefilter_keywords as failure_keywords
 from kvlogdiag.catalogue.patterns import catalogue
 from kvlogdiag.errors import KvlogdiagError
@@ -89,21 +91,21 @@ class Line:
 # start (a catalogue keyword, a traceback, an exception). Inside the message, `normalise_message`
 # undoes what a paste adds: locale thousands separators, alignment runs of spaces, a trailing remark.
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Za-z0-9]|\x1b[=>]")
+_ANSI = recache.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Za-z0-9]|\x1b[=>]")
 _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 # docker/kubectl --timestamps: RFC 3339 with nanoseconds; CRI adds "stdout F ".
-_DOCKER_TS = re.compile(
+_DOCKER_TS = recache.compile(
     r"(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)) "
     r"(?:(?P<stream>stdout|stderr) (?P<tag>[FP]) )?"
 )
-_SYSLOG = re.compile(
+_SYSLOG = recache.compile(
     r"(?P<ts>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d) (?P<host>[\w.-]+) "
     r"(?P<ident>[\w./@-]+?)(?:\[(?P<pid>\d+)\])?: "
 )
 # docker compose logs: "name  | " (names padded to one width); kubectl logs --prefix: "[pod/p/c] "
-_COMPOSE = re.compile(r"(?P<container>[A-Za-z0-9][\w.@-]*) *\| ")
-_COMPOSE_NAMED = re.compile(r"[A-Za-z0-9][\w.-]*[-_]\d+ +\| ")  # compose's names: project-service-N (v1: _N)
-_KUBE_PREFIX = re.compile(r"\[pod/(?P<pod>[^/\]\s]+)/(?P<container>[^\]\s]+)\] ")
+_COMPOSE = recache.compile(r"(?P<container>[A-Za-z0-9][\w.@-]*) *\| ")
+_COMPOSE_NAMED = recache.compile(r"[A-Za-z0-9][\w.-]*[-_]\d+ +\| ")  # compose's names: project-service-N (v1: _N)
+_KUBE_PREFIX = recache.compile(r"\[pod/(?P<pod>[^/\]\s]+)/(?P<container>[^\]\s]+)\] ")
 # vLLM process prefixes, all versions (see docs/vllm-log-format.md, 1.2).
 _PROC_BODY = (
     r"\((?P<name>APIServer(?:_\d+)?|EngineCore(?:_DP\d+|_\d+)?|Worker(?:_[A-Z]+\d+)*"
@@ -111,21 +113,21 @@ _PROC_BODY = (
     r"|[A-Za-z][\w-]*(?:Worker|Engine|Server|Process)[\w-]*)"
     r" pid=(?P<pid>\d+)(?:, ip=(?P<ip>[\w.:-]+))?\) ?"
 )
-_PROC = re.compile(_PROC_BODY)
+_PROC = recache.compile(_PROC_BODY)
 # the vLLM line head (any version): used to find where a VLLM_LOGGING_PREFIX ends
-_HEAD = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d ")
+_HEAD = recache.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d ")
 # the vLLM record head: a process prefix, or the level + date head (<= 0.7 "file.py:N]", later "[file.py:N]")
-_RECORD_HEAD = re.compile(
+_RECORD_HEAD = recache.compile(
     r"(?P<proc>" + _PROC_BODY + r")"
     r"|(?<![\w-])(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? "
 )
 RECORD_WINDOW = 300  # a head further into the line is text the message quotes, not its head
 # the head of a line logged through Python's logging by an application around vLLM
-_PYLOG_HEAD = re.compile(
+_PYLOG_HEAD = recache.compile(
     r"(?<!\d)\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)? - [\w.-]+ - (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) - "
 )
 # characters that stand before a message in pastes and tool output, when no head says where it starts
-_ENV_CHARS = re.compile(
+_ENV_CHARS = recache.compile(
     r"(?:[ \t]+|>+ ?|[-*+\u2022] |#+ |[$%] |\|+ ?|`+|\d+(?:[:\t]|-(?=\D)| (?= ))|[\w./-]+:\d+[:-]"
     r"|\d{4}-\d\d-\d\d[T ][\d:.,]+(?:Z|[+-]\d\d:?\d\d)? |\[[^\]\s][^\]]{0,80}\] ?"
     r"|(?!(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) )[A-Za-z0-9][\w.@-]* *\| )+"
@@ -138,7 +140,7 @@ _KNOWN_START: list["re.Pattern[str]"] = []  # built on first use, from the catal
 _KEYWORD_RX: list["re.Pattern[str]"] = []
 _MARKS = ">|*-+#$%`\u2022]"  # marks a separator space follows (the space belongs to the envelope)
 _CLOSERS = "|`\"'"  # an envelope that opens with one of these closes the line with it too
-_SHAPE_TOKENS = re.compile(r"\d+| +|[^\d ]")
+_SHAPE_TOKENS = recache.compile(r"\d+| +|[^\d ]")
 
 
 # process prefix text -> (rank, ip), or False when it is not a prefix (split_envelope's fast path)
@@ -207,22 +209,24 @@ class Envelopes:
 
 
 def _keywords() -> list[str]:
-    return sorted({kw for p in catalogue() for kw in p.keywords} | set(failure_keywords()), key=len, reverse=True)
+    # longest first (an alternation tries them in order); ties by text, so the pattern is the same in every
+    # process (a set's order changes with the hash seed) and its compiled program can be cached (kvlogdiag.recache)
+    return sorted({kw for p in catalogue() for kw in p.keywords} | set(failure_keywords()), key=lambda k: (-len(k), k))
 
 
 def _known_start() -> "re.Pattern[str]":
     """A catalogue keyword, a traceback, an exception or a uvicorn level at this position."""
     if not _KNOWN_START:
         starts = {k.strip() for k in _keywords()}
-        alts = [k for k in sorted(starts, key=len, reverse=True) if len(k) >= 5 and k not in _LEVELS]
-        _KNOWN_START.append(re.compile(_KNOWN_START_FIXED + "|" + "|".join(re.escape(k) for k in alts)))
+        alts = [k for k in sorted(starts, key=lambda k: (-len(k), k)) if len(k) >= 5 and k not in _LEVELS]
+        _KNOWN_START.append(recache.compile(_KNOWN_START_FIXED + "|" + "|".join(re.escape(k) for k in alts)))
     return _KNOWN_START[0]
 
 
 def _keyword_rx() -> "re.Pattern[str]":
     """Any catalogue (or start-up tracker) keyword: a remark holding one may be vLLM's own text."""
     if not _KEYWORD_RX:
-        _KEYWORD_RX.append(re.compile("|".join(re.escape(k) for k in _keywords())))
+        _KEYWORD_RX.append(recache.compile("|".join(re.escape(k) for k in _keywords())))
     return _KEYWORD_RX[0]
 
 
@@ -360,25 +364,25 @@ def split_envelope_general(raw: str, envs: "Envelopes | None" = None) -> tuple[s
 # a number grouped with a locale's thousands separator ("2.918.000", "2 918 000", "2'918'000", narrow
 # no-break space); the comma is left alone: vLLM prints "485,088" itself and the patterns read it,
 # while "[512,504,496]" is a list, and a single ",ddd" may be a decimal comma ("1,234 GiB")
-_GROUPED = re.compile(
+_GROUPED = recache.compile(
     r"(?<![\w.,'\u2019\u202f\u00a0\u2009])\d{1,3}(?P<sep>[.'\u2019\u202f\u00a0\u2009 ])\d{3}(?:(?P=sep)\d{3})*"
     r"(?![\w\u202f\u00a0\u2009]|[.,'\u2019]\d)"
 )
-_COUNT_UNIT = re.compile(r" (?:tokens|blocks|reqs|requests|seqs|sequences)\b")  # units of whole numbers
-_GROUP_HINT = re.compile("[0-9][.'\u2019\u202f\u00a0\u2009 ][0-9]{3}")
+_COUNT_UNIT = recache.compile(r" (?:tokens|blocks|reqs|requests|seqs|sequences)\b")  # units of whole numbers
+_GROUP_HINT = recache.compile("[0-9][.'\u2019\u202f\u00a0\u2009 ][0-9]{3}")
 NUMBER_WINDOW = 400  # a grouped number is looked for this far into the line: the figures' lines are short
 # longer lines are dumps vLLM formats itself (config, args, request prompts): their numbers and spacing
 # are left alone (a trailing remark is still dropped)
 NORMALISE_MAX_CHARS = 1000
 REMARK_MAX_CHARS = 200
 # the end of the vLLM (or uvicorn) head inside a line's text, and the message's own indentation after it
-_MSG_START = re.compile(
+_MSG_START = recache.compile(
     r"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? (?:\[[^\]]*\]|[\w.-]+:\d+\])? ?"
     r"|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[ \t]+)?[ \t]*"
 )
-_ALIGN = re.compile(r"(?<=\S)(?:[ \t]{2,}|\t)(?=\S)")
-_REMARK = re.compile(r"(?<=\S)[ \t]+#[ \t].*$")
-_LOGO = re.compile("[\u2580-\u259f]")  # vLLM's ASCII logo: its alignment is what the logo patterns read
+_ALIGN = recache.compile(r"(?<=\S)(?:[ \t]{2,}|\t)(?=\S)")
+_REMARK = recache.compile(r"(?<=\S)[ \t]+#[ \t].*$")
+_LOGO = recache.compile("[\u2580-\u259f]")  # vLLM's ASCII logo: its alignment is what the logo patterns read
 
 
 def _ungroup(m: "re.Match[str]") -> str:
@@ -864,6 +868,7 @@ _NUMPY_MIN_CHUNK = 64 << 10  # smaller chunks: numpy's per-call overhead does no
 SPANS_FINDER_MIN = 16 << 10  # candidate_spans: smaller chunks use the regex
 _KEYWORDS: dict = {}
 _FINDERS: dict = {}
+_CHEAP: dict = {}  # prefilter → whether its finder comes from the cache (`_finder_is_cheap`)
 _BIGRAM_FINDERS: dict = {}
 
 
@@ -915,8 +920,8 @@ def _literal_alternatives(rx: "re.Pattern[bytes]") -> list[bytes] | None:
     return sorted(set(kws))
 
 
-def _anchored(pivot: bytes, entries: list[tuple[int, bytes]]) -> "re.Pattern[bytes]":
-    """Regex matching at an occurrence of ``pivot`` that sits at offset ``i`` of keyword ``kw``,
+def _anchored(pivot: bytes, entries: list[tuple[int, bytes]]) -> bytes:
+    """Regex (its text) matching at an occurrence of ``pivot`` that sits at offset ``i`` of keyword ``kw``,
     for each (i, kw): the rest of the keyword (as a trie), then a look-behind for all of it."""
     root: dict = {}
     for i, kw in entries:
@@ -931,7 +936,40 @@ def _anchored(pivot: bytes, entries: list[tuple[int, bytes]]) -> "re.Pattern[byt
             alts += [b"(?<=" + re.escape(kw) + b")" for kw in sorted(node[None])]
         return alts[0] if len(alts) == 1 else b"(?:" + b"|".join(alts) + b")"
 
-    return re.compile(re.escape(pivot) + emit(root))
+    return re.escape(pivot) + emit(root)
+
+
+def _plan_key(keywords: list[bytes]) -> str:
+    return json.dumps(sorted({k.decode("latin-1") for k in keywords}))
+
+
+def _is_plan(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(p, list) and len(p) == 3 and isinstance(p[0], int) and 0 <= p[0] < 256
+                                       and isinstance(p[1], bool) and isinstance(p[2], str) for p in v)
+
+
+def _plan(keywords: list[bytes]) -> list[list]:
+    """`_Finder`'s passes: [pivot byte, found with memchr, pattern (latin-1 text)] — a greedy weighted set cover of
+    the keywords by their bytes, cheapest cost per newly covered keyword."""
+    freq = {ord(k): v for k, v in _BYTE_FREQ.items()}
+    left = set(keywords)
+    chosen: list[tuple[int, bool, list[bytes]]] = []  # (pivot, use memchr, keywords)
+    while left:
+        best: tuple[float, int, bool, list[bytes]] | None = None
+        for b in sorted(set().union(*left)):
+            cover = sorted(k for k in left if b in k)
+            f = freq.get(b, _RARE_FREQ)
+            find_cost = _FIND_PASS + f * _FIND_HIT
+            re_cost = _RE_PASS + f * _RE_HIT
+            score = min(find_cost, re_cost) / len(cover)
+            if best is None or score < best[0]:
+                best = (score, b, find_cost <= re_cost, cover)
+        assert best is not None
+        _, b, memchr, cover = best
+        chosen.append((b, memchr, cover))
+        left.difference_update(cover)
+    return [[b, memchr, _anchored(bytes([b]), [(k.index(b), k) for k in cover]).decode("latin-1")]
+            for b, memchr, cover in chosen]
 
 
 class _Finder:
@@ -940,27 +978,11 @@ class _Finder:
     __slots__ = ("passes", "probes")
 
     def __init__(self, keywords: list[bytes]):
-        freq = {ord(k): v for k, v in _BYTE_FREQ.items()}
-        left = set(keywords)
-        chosen: list[tuple[int, bool, list[bytes]]] = []  # (pivot, use memchr, keywords)
-        while left:  # greedy weighted set cover: cheapest cost per newly covered keyword
-            best: tuple[float, int, bool, list[bytes]] | None = None
-            for b in sorted(set().union(*left)):
-                cover = sorted(k for k in left if b in k)
-                f = freq.get(b, _RARE_FREQ)
-                find_cost = _FIND_PASS + f * _FIND_HIT
-                re_cost = _RE_PASS + f * _RE_HIT
-                score = min(find_cost, re_cost) / len(cover)
-                if best is None or score < best[0]:
-                    best = (score, b, find_cost <= re_cost, cover)
-            assert best is not None
-            _, b, memchr, cover = best
-            chosen.append((b, memchr, cover))
-            left.difference_update(cover)
         self.passes: list["re.Pattern[bytes]"] = []
         self.probes: list[tuple[bytes, "re.Pattern[bytes]"]] = []
-        for b, memchr, cover in chosen:
-            rx = _anchored(bytes([b]), [(k.index(b), k) for k in cover])
+        # the plan (pivot bytes and their patterns) depends only on the keywords: cached (~20 ms to work out)
+        for b, memchr, pattern in recache.derived("finder-plan", _plan_key(keywords), lambda: _plan(keywords), _is_plan):
+            rx = recache.compile(pattern.encode("latin-1"))
             if memchr:
                 self.probes.append((bytes([b]), rx))
             else:
@@ -1058,7 +1080,7 @@ class _BigramFinder:
         for p, c in zip(pos[order].tolist(), codes[order].tolist()):
             m = match.get(c)
             if m is None:
-                m = match[c] = _anchored(bytes([c & 255, c >> 8]), self.groups[c]).match
+                m = match[c] = re.compile(_anchored(bytes([c & 255, c >> 8]), self.groups[c])).match
             if m(chunk, p):
                 found.append(p)
         if not found:
@@ -1071,8 +1093,24 @@ class _BigramFinder:
 def _keywords_for(prefilter: "re.Pattern[bytes]") -> list[bytes] | None:
     key = (prefilter.pattern, prefilter.flags)
     if key not in _KEYWORDS:
-        _KEYWORDS[key] = _literal_alternatives(prefilter)
+        if isinstance(prefilter.pattern, bytes):  # parsing the ~300-keyword alternation costs ~10 ms: cached by its text
+            def compute() -> list[str] | None:
+                kws = _literal_alternatives(prefilter)
+                return None if kws is None else [k.decode("latin-1") for k in kws]
+
+            got = recache.derived("prefilter-keywords", _keywords_key(prefilter), compute, _is_text_list_or_none)
+            _KEYWORDS[key] = None if got is None else [k.encode("latin-1") for k in got]
+        else:
+            _KEYWORDS[key] = _literal_alternatives(prefilter)
     return _KEYWORDS[key]
+
+
+def _keywords_key(prefilter: "re.Pattern[bytes]") -> str:
+    return f"{prefilter.flags}\0" + prefilter.pattern.decode("latin-1")
+
+
+def _is_text_list_or_none(v: Any) -> bool:
+    return v is None or (isinstance(v, list) and all(isinstance(x, str) for x in v))
 
 
 def _finder_for(prefilter: "re.Pattern[bytes]") -> _Finder | None:
@@ -1081,6 +1119,22 @@ def _finder_for(prefilter: "re.Pattern[bytes]") -> _Finder | None:
         kws = _keywords_for(prefilter)
         _FINDERS[key] = _Finder(kws) if kws else None
     return _FINDERS[key]
+
+
+def _finder_is_cheap(prefilter: "re.Pattern[bytes]") -> bool:
+    """Whether `_finder_for` costs next to nothing now: built already, or its keywords and plan are in the
+    compiled-regex cache (then a small log is searched with it rather than with the prefilter regex, which
+    tries every alternative at every byte: ~1.5 ms for a 5 KB start-up log against ~0.1 ms), or they will be
+    from the next run on (the cache is writable: this run works them out once, ~30 ms)."""
+    key = (prefilter.pattern, prefilter.flags)
+    if key in _FINDERS:
+        return _FINDERS[key] is not None
+    if key not in _CHEAP:
+        cached = recache.cached("prefilter-keywords", _keywords_key(prefilter)) if isinstance(prefilter.pattern, bytes) else None
+        _CHEAP[key] = bool(cached and isinstance(cached[0], list) and _is_text_list_or_none(cached[0])
+                           and recache.cached("finder-plan", _plan_key([k.encode("latin-1") for k in cached[0]])) is not None) \
+            or (isinstance(prefilter.pattern, bytes) and recache.writable())
+    return _CHEAP[key]
 
 
 def _bigram_finder_for(prefilter: "re.Pattern[bytes]", sample: bytes) -> _BigramFinder | None:
@@ -1142,7 +1196,7 @@ class ChunkScanner:
     of the chunk) — always the lines the regex itself would find. Which way depends on how much this
     process has scanned (all streams: ``scan`` reads thousands of small files) plus ``size_hint``
     (what this stream will give, when known): the regex up to `FINDER_AFTER_BYTES` (building a
-    finder costs ~20 ms), then `_Finder`, and from `NUMPY_AFTER_BYTES` numpy for chunks of 64 KiB or
+    finder costs ~20 ms) unless the finder's plan is cached (`_finder_is_cheap`), then `_Finder`, and from `NUMPY_AFTER_BYTES` numpy for chunks of 64 KiB or
     more (importing numpy costs ~0.1 s).
     """
 
@@ -1163,7 +1217,7 @@ class ChunkScanner:
             self.no_numpy = self.bigrams is None  # no numpy (or not a literal prefilter): stop asking
         if big and self.bigrams is not None:
             return self.bigrams.lines(chunk)
-        if self.finder is None and total > FINDER_AFTER_BYTES:
+        if self.finder is None and (total > FINDER_AFTER_BYTES or _finder_is_cheap(self.prefilter)):
             self.finder = _finder_for(self.prefilter)
         spans = self.finder.spans(chunk) if self.finder is not None else _regex_spans(chunk, self.prefilter)
         out = []
@@ -1264,10 +1318,10 @@ def _read_jobs() -> int:
 
 def _parallel_setup(fh: BinaryIO, prefilter: "re.Pattern[bytes]") -> tuple[int, int, int, int] | None:
     """(fd, start offset, units, jobs) when ``fh`` should be searched in parallel, else None."""
-    if not sys.platform.startswith("linux") or _keywords_for(prefilter) is None:
+    if not sys.platform.startswith("linux"):
         return None
     size = _file_size(fh)
-    if size < PARALLEL_MIN_BYTES:
+    if size < PARALLEL_MIN_BYTES or _keywords_for(prefilter) is None:  # the size first: a small file needs no keywords
         return None
     fd, start = fh.fileno(), fh.tell()
     jobs = _read_jobs()
@@ -1468,7 +1522,7 @@ WRAP_MIN_WIDTH = 60
 WRAP_MAX_WIDTH = 400  # terminals and web views wrap at 80-320 columns; longer equal rows are repeats
 WRAP_MIN_ROWS = 3  # distinct rows of exactly the widest length
 WRAP_SLACK = 25  # a row this much shorter than the width may still have been wrapped (at a word)
-_LINE_START = re.compile(
+_LINE_START = recache.compile(
     r"""^(?:\s*$|\s{2,}|\t|[`#>|*-]|\(|\[|\{|\d{4}-\d\d-\d\d|[A-Z][a-z]{2}\ [\ \d]\d\ \d\d:
     |(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\b|Traceback|Loading|Capturing|Processed|Adding|[\w.-]+\s+\|)""",
     re.X,

@@ -18,8 +18,10 @@ pandas (and pyarrow for Parquet) are imported inside the command only, so other 
 
 from __future__ import annotations
 
+import math
 import os
 import re
+import statistics
 import sys
 from typing import Any, Iterable
 
@@ -684,32 +686,45 @@ def write_output(path: str, fmt: str, rows: list[dict]) -> None:
         write_atomic(path, render_rows(fmt, rows))
 
 
-def summary_tables(df, rules_by_code: dict, elapsed: float, counts: dict) -> str:
-    """The terminal summary: runs by severity, top rules, bytes per token by model and version."""
+def summary_tables(rows: list[dict], rules_by_code: dict, elapsed: float, counts: dict) -> str:
+    """The terminal summary: runs by severity, top rules, bytes per token by model and version.
+
+    Plain Python over the rows (pandas costs ~0.4 s of CPU to import, more than the scan of a few hundred
+    small logs); the cells are those of the rows' typed columns (`to_frame`): counts as ints, bytes per
+    token as floats (a missing or NaN one left out), text as ``str``."""
     from tabulate import tabulate
 
-    nfiles = df["source"].nunique() if len(df) else 0
-    out = [f"{nfiles:,} files, {len(df):,} server starts ({counts['analysed']:,} files read, {counts['cached']:,} unchanged from state"
+    def text(v: Any) -> str | None:
+        return None if v is None else str(v)
+
+    def count(v: Any) -> int:
+        return 0 if v is None or isinstance(v, bool) else int(v)
+
+    nfiles = len({text(r.get("source")) for r in rows} - {None})
+    out = [f"{nfiles:,} files, {len(rows):,} server starts ({counts['analysed']:,} files read, {counts['cached']:,} unchanged from state"
            + (f", {counts['dropped']:,} dropped from state" if counts.get("dropped") else "")
            + f") in {fmt_duration(elapsed)}"]
 
-    def worst(r) -> str:
-        if isinstance(r["error"], str):
+    def worst(r: dict) -> str:
+        if r.get("error") is not None:
             return "unreadable"
         for s in ("error", "warning", "info"):
-            if (r[f"n_{s}"] or 0) > 0:
+            if count(r.get(f"n_{s}")) > 0:
                 return s
         return "clean"
 
-    if len(df):
-        w = df.apply(worst, axis=1)
+    if rows:
+        w = [worst(r) for r in rows]
         order = ["error", "warning", "info", "clean", "unreadable"]
-        rows = [[k, f"{int((w == k).sum()):,}"] for k in order if int((w == k).sum())]
-        out += ["", "Runs by worst finding", tabulate(rows, headers=["severity", "runs"], tablefmt="simple",
+        table = [[k, f"{w.count(k):,}"] for k in order if w.count(k)]
+        out += ["", "Runs by worst finding", tabulate(table, headers=["severity", "runs"], tablefmt="simple",
                                                       disable_numparse=True, colalign=("left", "right"))]
         counter: dict[str, int] = {}
-        for codes in df["findings"].dropna():
-            for code in dict.fromkeys(str(codes).split(",")):
+        for r in rows:
+            codes = text(r.get("findings"))
+            if codes is None:
+                continue
+            for code in dict.fromkeys(codes.split(",")):
                 counter[code] = counter.get(code, 0) + 1
         top = []
         for code, n in sorted(counter.items(), key=lambda kv: (-kv[1], kv[0])):
@@ -719,20 +734,24 @@ def summary_tables(df, rules_by_code: dict, elapsed: float, counts: dict) -> str
             out += ["", "Top rules (runs in which each fired)",
                     tabulate(top[:15], headers=["rule", "name", "runs"], tablefmt="simple", disable_numparse=True,
                              colalign=("left", "left", "right"))]
-        ok = df[df["bytes_per_token"].notna()]
-        if len(ok):
-            g = ok.assign(model=ok["model"].fillna("?"), vllm_version=ok["vllm_version"].fillna("?")) \
-                  .groupby(["model", "vllm_version"])["bytes_per_token"]
-            agg = g.agg(["count", "min", "median", "max"]).reset_index().sort_values(["model", "vllm_version"])
-            rows = [[r.model, r.vllm_version, f"{int(r['count']):,}", f"{r['min']:,.0f}", f"{r['median']:,.0f}", f"{r['max']:,.0f}"]
-                    for _, r in agg.head(30).iterrows()]
+        groups: dict[tuple[str, str], list[float]] = {}
+        for r in rows:
+            v = r.get("bytes_per_token")
+            bpt = float("nan") if v is None else float(v)
+            if math.isnan(bpt):
+                continue
+            model, version = text(r.get("model")), text(r.get("vllm_version"))
+            groups.setdefault(("?" if model is None else model, "?" if version is None else version), []).append(bpt)
+        if groups:
+            table = [[model, version, f"{len(v):,}", f"{min(v):,.0f}", f"{statistics.median(v):,.0f}", f"{max(v):,.0f}"]
+                     for (model, version), v in sorted(groups.items())[:30]]
             out += ["", "bytes per token (per rank) by model and vLLM version",
-                    tabulate(rows, headers=["model", "vLLM", "runs", "min", "median", "max"], tablefmt="simple",
+                    tabulate(table, headers=["model", "vLLM", "runs", "min", "median", "max"], tablefmt="simple",
                              disable_numparse=True, colalign=("left", "left", "right", "right", "right", "right"))]
-        bad = df[df["error"].notna()]
-        if len(bad):
-            rows = [[r.source, r.error] for r in bad.head(10).itertuples()]
-            out += ["", f"Unreadable ({len(bad):,})", tabulate(rows, headers=["file", "error"], tablefmt="simple",
+        bad = [r for r in rows if r.get("error") is not None]
+        if bad:
+            unreadable = [[text(r.get("source")), text(r.get("error"))] for r in bad[:10]]
+            out += ["", f"Unreadable ({len(bad):,})", tabulate(unreadable, headers=["file", "error"], tablefmt="simple",
                                                               maxcolwidths=[60, 70])]
             if len(bad) > 10:
                 out.append(f"... and {len(bad) - 10:,} more (see --output)")
@@ -843,13 +862,14 @@ def _run_pool(todo, analyzer, max_bytes, njobs, rule_errors, done, start_bar) ->
                     queue.append(b)
                     pool.shutdown(wait=False, cancel_futures=True)
                     pool = _new_pool(analyzer, max_bytes, min(njobs, len(batches)), preload)
-            if preload is None:
-                # the workers exist now (fork start: all at the first submit); load pandas for the summary meanwhile
-                import threading
-
-                preload = threading.Thread(target=_preload_pandas, daemon=True)
-                preload.start()
             if not started:
+                if PANDAS_AFTER:
+                    # the workers exist now (fork start: all at the first submit); load pandas for a CSV / Parquet
+                    # output meanwhile
+                    import threading
+
+                    preload = threading.Thread(target=_preload_pandas, daemon=True)
+                    preload.start()
                 start_bar()
                 started = True
             finished, _ = wait(set(futures), timeout=0.5, return_when=FIRST_COMPLETED)
@@ -935,6 +955,9 @@ def _isolate(entries: list[Entry], analyzer, max_bytes: int, rule_errors: list, 
     finally:
         if pool is not None:
             pool.shutdown(wait=True)
+
+
+PANDAS_AFTER = False  # set by the command when its output needs pandas (CSV, Parquet): imported during the scan
 
 
 def _preload_pandas() -> None:

@@ -42,14 +42,16 @@ import ipaddress
 import re
 from typing import Any, Callable
 
+from kvlogdiag import recache
+
 __all__ = ["KIND_LABELS", "Redactor", "SafeText", "escape_controls"]
 
 
 # -- terminal safety ----------------------------------------------------------------------------
 # C0 controls but tab and newline (ESC starts CSI/OSC/OSC-8/DCS, BEL ends OSC, CR rewrites a line), DEL,
 # C1 (0x9b is the 8-bit CSI, 0x9d OSC, 0x90 DCS): none of them may reach a terminal from a log.
-_C0 = re.compile(r"[\x00-\x08\x0b-\x1f]")
-_C1 = re.compile(r"[\x7f-\x9f]")
+_C0 = recache.compile(r"[\x00-\x08\x0b-\x1f]")
+_C1 = recache.compile(r"[\x7f-\x9f]")
 
 
 def escape_controls(text: str) -> str:
@@ -63,7 +65,7 @@ def escape_controls(text: str) -> str:
     return _C1.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
-_SGR = re.compile(r"\x1b\[[0-9;:]{0,64}m")  # colour/style only: dropped, as click drops it off a terminal
+_SGR = recache.compile(r"\x1b\[[0-9;:]{0,64}m")  # colour/style only: dropped, as click drops it off a terminal
 
 
 class SafeText:
@@ -93,7 +95,7 @@ KIND_LABELS = {
     "mac": "MAC address",
 }
 
-_MASK = re.compile(r"<(?:host|ip|user|api-key|hf-token|email|credentials|pem|mac)-\d+>")
+_MASK = recache.compile(r"<(?:host|ip|user|api-key|hf-token|email|credentials|pem|mac)-\d+>")
 
 # public sites whose names identify nobody (kept, with their subdomains)
 _PUBLIC_DOMAINS = (
@@ -112,60 +114,60 @@ _TLDS = (r"com|net|org|io|ai|cn|local|localdomain|internal|intranet|lan|corp|svc
          r"uk|de|fr|jp|kr|ru|nl|ch|sg|hk|tw|eu")
 
 # -- secrets ------------------------------------------------------------------------------------
-_HF_TOKEN = re.compile(r"(?<![A-Za-z0-9])hf_[A-Za-z0-9]{20,}(?![A-Za-z0-9])")
-_SK_KEY = re.compile(r"(?<![A-Za-z0-9-])sk-(?:[A-Za-z0-9]+-)*[A-Za-z0-9_]{16,}(?![A-Za-z0-9_-])")
-_FLAG_SECRET = re.compile(r"(?i)(--(?P<flag>api-key|hf-token|token|password)(?:\s+|=))(?P<q>['\"]?)(?P<v>[^\s'\"]+)")
-_BEARER = re.compile(r"(?i)(\bbearer\s+)(?P<v>[A-Za-z0-9._~+/=:-]{8,})")
-_AUTH = re.compile(r"(?i)(\b(?:proxy-)?authorization['\"]?\s*[:=]\s*['\"]?(?:(?:bearer|token|basic)\s+)?)"
-                   r"(?P<v>[A-Za-z0-9._~+/=:-]{8,})")
+_HF_TOKEN = recache.compile(r"(?<![A-Za-z0-9])hf_[A-Za-z0-9]{20,}(?![A-Za-z0-9])")
+_SK_KEY = recache.compile(r"(?<![A-Za-z0-9-])sk-(?:[A-Za-z0-9]+-)*[A-Za-z0-9_]{16,}(?![A-Za-z0-9_-])")
+_FLAG_SECRET = recache.compile(r"(?i)(--(?P<flag>api-key|hf-token|token|password)(?:\s+|=))(?P<q>['\"]?)(?P<v>[^\s'\"]+)")
+_BEARER = recache.compile(r"(?i)(\bbearer\s+)(?P<v>[A-Za-z0-9._~+/=:-]{8,})")
+_AUTH = recache.compile(r"(?i)(\b(?:proxy-)?authorization['\"]?\s*[:=]\s*['\"]?(?:(?:bearer|token|basic)\s+)?)"
+                        r"(?P<v>[A-Za-z0-9._~+/=:-]{8,})")
 # key [:=] value, the key possibly quoted and prefixed (VLLM_API_KEY=, 'api_key': , "hf_token": )
-_KEYED_SECRET = re.compile(
+_KEYED_SECRET = recache.compile(
     r"(?i)(?<![\w.-])(?P<key>(?:[\w.-]*?[_.-])?(?P<word>hugging_?face_(?:hub_)?token|hf_(?:api_)?token|api[_-]?key|secret[_-]?key|"
     r"secret[_-]?access[_-]?key|session[_-]?token|access[_-]?token|auth[_-]?token|password|passwd|client[_-]secret|secret))['\"]?\s*[:=]\s*"
     r"(?P<v>\[[^\]\n]*\]|'[^'\n]*'|\"[^\"\n]*\"|[^\s,;}\])'\"]+)"
 )
 # cloud and SaaS credentials with a fixed shape (all bounded: no unbounded repeat next to another)
-_AWS_KEY_ID = re.compile(r"(?<![A-Z0-9])(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AIPA|ANPA|ANVA|AROA|APKA|ASCA)[A-Z0-9]{16}(?![A-Z0-9])")
-_GITHUB = re.compile(r"(?<![A-Za-z0-9_])(?:gh[pousr]_[A-Za-z0-9]{36,255}|github_pat_[A-Za-z0-9_]{22,255})(?![A-Za-z0-9_])")
-_SLACK = re.compile(r"(?<![A-Za-z0-9-])(?:xox[abposr]-|xapp-)[A-Za-z0-9-]{10,255}(?![A-Za-z0-9-])")
-_GOOGLE = re.compile(r"(?<![A-Za-z0-9_-])AIza[0-9A-Za-z_-]{35}(?![A-Za-z0-9_-])")
-_JWT = re.compile(r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,4096}\.eyJ[A-Za-z0-9_-]{2,8192}\.[A-Za-z0-9_-]{0,4096}(?![A-Za-z0-9_-])")
+_AWS_KEY_ID = recache.compile(r"(?<![A-Z0-9])(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AIPA|ANPA|ANVA|AROA|APKA|ASCA)[A-Z0-9]{16}(?![A-Z0-9])")
+_GITHUB = recache.compile(r"(?<![A-Za-z0-9_])(?:gh[pousr]_[A-Za-z0-9]{36,255}|github_pat_[A-Za-z0-9_]{22,255})(?![A-Za-z0-9_])")
+_SLACK = recache.compile(r"(?<![A-Za-z0-9-])(?:xox[abposr]-|xapp-)[A-Za-z0-9-]{10,255}(?![A-Za-z0-9-])")
+_GOOGLE = recache.compile(r"(?<![A-Za-z0-9_-])AIza[0-9A-Za-z_-]{35}(?![A-Za-z0-9_-])")
+_JWT = recache.compile(r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,4096}\.eyJ[A-Za-z0-9_-]{2,8192}\.[A-Za-z0-9_-]{0,4096}(?![A-Za-z0-9_-])")
 # a PEM block in one text, or its header alone (the base64 lines after it: `Redactor._pem_body`)
-_PEM = re.compile(r"-----BEGIN (?P<kind>[A-Z0-9 ]{1,40})-----(?:[\s\S]{0,20000}?-----END (?P=kind)-----)?")
-_PEM_END = re.compile(r"-----END [A-Z0-9 ]{1,40}-----")
-_BASE64_RUN = re.compile(r"(?<![A-Za-z0-9+/=])[A-Za-z0-9+/]{16,}={0,2}(?![A-Za-z0-9+/=])")
-_QUOTED = re.compile(r"'([^'\n]*)'|\"([^\"\n]*)\"")
+_PEM = recache.compile(r"-----BEGIN (?P<kind>[A-Z0-9 ]{1,40})-----(?:[\s\S]{0,20000}?-----END (?P=kind)-----)?")
+_PEM_END = recache.compile(r"-----END [A-Z0-9 ]{1,40}-----")
+_BASE64_RUN = recache.compile(r"(?<![A-Za-z0-9+/=])[A-Za-z0-9+/]{16,}={0,2}(?![A-Za-z0-9+/=])")
+_QUOTED = recache.compile(r"'([^'\n]*)'|\"([^\"\n]*)\"")
 
 # -- people and places --------------------------------------------------------------------------
-_EMAIL = re.compile(r"(?<![\w.+%-])[A-Za-z0-9][A-Za-z0-9._%+-]*@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}(?![\w-])")
-_URL_CREDS = re.compile(r"(?i)(?<=://)(?P<v>[^/\s:@'\"<>]+:[^/\s@'\"<>]+)@")
-_URL_HOST = re.compile(r"(?i)(?<![a-z0-9+.-])(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<cred>[^/\s@'\"]*@)?(?P<v>\[[0-9a-f:.%]+\]|[^\s/:'\"?#\[\]()<>,;|`\\]+)")
-_PROMPT_HOST = re.compile(r"\[(?P<user>[\w.-]+)@(?P<v>[\w.-]+)(?P<rest>\s[^\]\n]*)?\][#$]|"
-                          r"(?<![\w.-])(?P<user2>[\w.-]+)@(?P<v2>[\w.-]+):(?=[~/])")
-_SYSLOG_HOST = re.compile(r"^(?P<head>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d )(?P<v>[\w.-]+)(?= [\w./@-]+?(?:\[\d+\])?: )")
-_HOST_FLAG = re.compile(
+_EMAIL = recache.compile(r"(?<![\w.+%-])[A-Za-z0-9][A-Za-z0-9._%+-]*@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}(?![\w-])")
+_URL_CREDS = recache.compile(r"(?i)(?<=://)(?P<v>[^/\s:@'\"<>]+:[^/\s@'\"<>]+)@")
+_URL_HOST = recache.compile(r"(?i)(?<![a-z0-9+.-])(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<cred>[^/\s@'\"]*@)?(?P<v>\[[0-9a-f:.%]+\]|[^\s/:'\"?#\[\]()<>,;|`\\]+)")
+_PROMPT_HOST = recache.compile(r"\[(?P<user>[\w.-]+)@(?P<v>[\w.-]+)(?P<rest>\s[^\]\n]*)?\][#$]|"
+                               r"(?<![\w.-])(?P<user2>[\w.-]+)@(?P<v2>[\w.-]+):(?=[~/])")
+_SYSLOG_HOST = recache.compile(r"^(?P<head>[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d )(?P<v>[\w.-]+)(?= [\w./@-]+?(?:\[\d+\])?: )")
+_HOST_FLAG = recache.compile(
     r"(?i)(--(?:host|hostname|master-addr|master-address|data-parallel-address|node-ip-address|"
     r"head-node|kv-ip)(?:\s+|=))(?P<q>['\"]?)(?P<v>[^\s'\",;}\]]+)")
-_HOST_KEY = re.compile(
+_HOST_KEY = recache.compile(
     r"(?i)(?<![\w-])(?P<key>(?:\w*_)?(?:host|hostname|host_name|master_addr|master_address|"
     r"data_parallel_address|data_parallel_master_ip|node_ip|node_name|nodename|head_node|kv_ip|"
     r"ip_address|server_ip|pod_ip|pod_name)['\"]?\s*[:=]\s*)(?P<q>['\"]?)(?P<v>[A-Za-z0-9][\w.:%-]*)")
-_FQDN = re.compile(
+_FQDN = recache.compile(
     r"(?<![\w.@/-])(?P<v>(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+(?:" + _TLDS + r"))(?![\w-]|\.\w)")
-_IPV4 = re.compile(r"(?<![\w.])(?P<v>\d{1,3}(?:\.\d{1,3}){3})(?![\w]|\.\w)")
-_VERSION_BEFORE = re.compile(r"(?i)(?:version\W{0,3}|==|>=|<=|~=)$")
-_IPV6 = re.compile(
+_IPV4 = recache.compile(r"(?<![\w.])(?P<v>\d{1,3}(?:\.\d{1,3}){3})(?![\w]|\.\w)")
+_VERSION_BEFORE = recache.compile(r"(?i)(?:version\W{0,3}|==|>=|<=|~=)$")
+_IPV6 = recache.compile(
     r"(?<![\w:.])(?P<v>(?:[0-9A-Fa-f]{0,4}:){2,7}(?:[0-9A-Fa-f]{1,4}|\d{1,3}(?:\.\d{1,3}){3})?(?:%[\w.]+)?)(?![\w:])")
-_HOME = re.compile(r"(?P<pre>(?<![\w.])/(?:home|Users|export/home)/)(?P<v>[^/\s'\"`:;,()\[\]{}<>|\\]+)")
-_TILDE_HOME = re.compile(r"(?<![\w~/.-])~(?P<v>[A-Za-z_][A-Za-z0-9_.-]{0,31})(?=/)")
-_MAC = re.compile(r"(?<![0-9A-Fa-f:-])(?P<v>[0-9A-Fa-f]{2}(?P<sep>[:-])(?:[0-9A-Fa-f]{2}(?P=sep)){4}[0-9A-Fa-f]{2})(?![0-9A-Fa-f:-])")
-_WIN_HOME = re.compile(r"(?i)(?P<pre>\b[A-Z]:(?:\\{1,2}|/)Users(?:\\{1,2}|/))(?P<v>[^\\/\s'\"`:;,()\[\]{}<>|]+)")
+_HOME = recache.compile(r"(?P<pre>(?<![\w.])/(?:home|Users|export/home)/)(?P<v>[^/\s'\"`:;,()\[\]{}<>|\\]+)")
+_TILDE_HOME = recache.compile(r"(?<![\w~/.-])~(?P<v>[A-Za-z_][A-Za-z0-9_.-]{0,31})(?=/)")
+_MAC = recache.compile(r"(?<![0-9A-Fa-f:-])(?P<v>[0-9A-Fa-f]{2}(?P<sep>[:-])(?:[0-9A-Fa-f]{2}(?P=sep)){4}[0-9A-Fa-f]{2})(?![0-9A-Fa-f:-])")
+_WIN_HOME = recache.compile(r"(?i)(?P<pre>\b[A-Z]:(?:\\{1,2}|/)Users(?:\\{1,2}|/))(?P<v>[^\\/\s'\"`:;,()\[\]{}<>|]+)")
 
 # dictionary keys whose (string) values are host names / secrets
-_HOST_DICT_KEY = re.compile(
+_HOST_DICT_KEY = recache.compile(
     r"(?i)^(?:\w*_)?(?:host|hostname|host_name|master_addr|master_address|data_parallel_address|"
     r"data_parallel_master_ip|node_ip|node_name|nodename|head_node|kv_ip|ip|ip_address|server_ip|pod_ip|pod_name)$")
-_SECRET_DICT_KEY = re.compile(
+_SECRET_DICT_KEY = recache.compile(
     r"(?i)^(?:\w*_)?(?:api_?key|secret_?key|access_?token|auth_?token|password|passwd|client_secret|secret|"
     r"hf_token|hf_api_token|hugging_?face_(?:hub_)?token)$")
 

@@ -628,6 +628,125 @@ class _Evaluator:
             return None
 
 
+_Program = Callable[[_Evaluator], Any]
+_PLAIN = frozenset({bool, int, float, str})
+_NUMBER_TYPES = frozenset({int, float})  # exactly: bool is not a number in the condition language  # what `_normalize` returns unchanged (its other cases: subclasses, numpy)
+
+
+def _program(node: Node) -> _Program:
+    """``node`` as closures over its children's: what `_Evaluator.visit` does, step for step (the same steps
+    counted, in the same order, the same errors), without the type dispatch at every visit — a scan evaluates
+    every rule on every log. A node of any other type (or a subclass) is left to `_Evaluator.visit`."""
+    t, pos = type(node), node.pos
+
+    if t is Literal:
+        value = node.value  # type: ignore[union-attr]
+
+        def literal(ev: _Evaluator) -> Any:
+            ev.steps += 1
+            if ev.steps > ev.max_steps:
+                ev._spend(0, pos)
+            return value
+        return literal
+    if t is Name:
+        name = node.name  # type: ignore[union-attr]
+
+        def get(ev: _Evaluator) -> Any:
+            ev.steps += 1
+            if ev.steps > ev.max_steps:
+                ev._spend(0, pos)
+            value = ev.env.get(name)
+            return value if value is None or type(value) in _PLAIN else _normalize(value)
+        return get
+    if t is ListExpr:
+        items = tuple(_program(i) for i in node.items)  # type: ignore[union-attr]
+
+        def listing(ev: _Evaluator) -> Any:
+            ev.steps += 1
+            if ev.steps > ev.max_steps:
+                ev._spend(0, pos)
+            return [i(ev) for i in items]
+        return listing
+    if t is Call:
+        call_node = node
+        args = tuple(_program(a) for a in node.args)  # type: ignore[union-attr]
+
+        def call(ev: _Evaluator) -> Any:
+            ev.steps += 1
+            if ev.steps > ev.max_steps:
+                ev._spend(0, pos)
+            return ev._call(call_node, [a(ev) for a in args])  # type: ignore[arg-type]
+        return call
+    if t is Unary:
+        unary_node = node
+        operand = _program(node.operand)  # type: ignore[union-attr]
+
+        def unary(ev: _Evaluator) -> Any:
+            ev.steps += 1
+            if ev.steps > ev.max_steps:
+                ev._spend(0, pos)
+            return _Evaluator._unary(unary_node, operand(ev))  # type: ignore[arg-type]
+        return unary
+    if t is Binary:
+        bin_node: Binary = node  # type: ignore[assignment]
+        op, left, right = bin_node.op, _program(bin_node.left), _program(bin_node.right)
+        if op == "and":
+            def both(ev: _Evaluator) -> Any:
+                ev.steps += 1
+                if ev.steps > ev.max_steps:
+                    ev._spend(0, pos)
+                return _truthy(left(ev)) and _truthy(right(ev))
+            return both
+        if op == "or":
+            def either(ev: _Evaluator) -> Any:
+                ev.steps += 1
+                if ev.steps > ev.max_steps:
+                    ev._spend(0, pos)
+                return _truthy(left(ev)) or _truthy(right(ev))
+            return either
+        if op in _ARITH:
+            def arith(ev: _Evaluator) -> Any:
+                ev.steps += 1
+                if ev.steps > ev.max_steps:
+                    ev._spend(0, pos)
+                return _Evaluator._arith(bin_node, left(ev), right(ev))
+            return arith
+
+        if op in _ORDER:  # two plain numbers: what _compare does for them, without its other cases
+            order = _ORDER[op]
+
+            def ordered(ev: _Evaluator) -> Any:
+                ev.steps += 1
+                if ev.steps > ev.max_steps:
+                    ev._spend(0, pos)
+                a, b = left(ev), right(ev)
+                if type(a) in _NUMBER_TYPES and type(b) in _NUMBER_TYPES:
+                    return bool(order(a, b))
+                return ev._compare(bin_node, a, b)
+            return ordered
+        if op in ("==", "!=") and not (_is_null_literal(bin_node.left) or _is_null_literal(bin_node.right)):
+            equal = op == "=="
+
+            def equality(ev: _Evaluator) -> Any:  # two plain numbers or two strings: _equal is plain ==
+                ev.steps += 1
+                if ev.steps > ev.max_steps:
+                    ev._spend(0, pos)
+                a, b = left(ev), right(ev)
+                ta, tb = type(a), type(b)
+                if (ta in _NUMBER_TYPES and tb in _NUMBER_TYPES) or (ta is str and tb is str):
+                    return (a == b) == equal
+                return ev._compare(bin_node, a, b)
+            return equality
+
+        def compare(ev: _Evaluator) -> Any:
+            ev.steps += 1
+            if ev.steps > ev.max_steps:
+                ev._spend(0, pos)
+            return ev._compare(bin_node, left(ev), right(ev))
+        return compare
+    return lambda ev: ev.visit(node)
+
+
 @dataclass(frozen=True)
 class Condition:
     """A parsed, validated condition; immutable and safe to share between threads."""
@@ -648,12 +767,19 @@ class Condition:
                  *, max_steps: int = MAX_STEPS) -> Any:
         """Evaluate against ``env`` (missing names are null); EvaluationError on failure."""
         try:
-            return _Evaluator(env, functions or {}, max_steps).visit(self.tree)
+            return self._program(_Evaluator(env, functions or {}, max_steps))
         except RecursionError:
             raise EvaluationError("condition is nested too deeply to evaluate") from None
 
     def __str__(self) -> str:
         return self.source
+
+    @functools.cached_property
+    def _program(self) -> _Program:
+        return _program(self.tree)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_program"}  # closures do not pickle: rebuilt on use
 
 
 @functools.lru_cache(maxsize=256)

@@ -18,6 +18,7 @@ and the column. A rule that fails while evaluating is reported and skipped; the 
 from __future__ import annotations
 
 import difflib
+import functools
 import math
 import re
 import sys
@@ -73,6 +74,7 @@ _TEMPLATE_RE = re.compile(r"\{([A-Za-z][A-Za-z0-9_.]*)(?::([^{}]*))?\}")
 # a format spec: fill/align, sign, width ≤ 2 digits, grouping, precision ≤ 2 digits, type
 _SPEC_RE = re.compile(r"^(?:[^{}]?[<>=^])?[+\- ]?#?0?\d{0,2}[,_]?(?:\.\d{1,2})?[bcdeEfFgGnosxX%]?$")
 _OPTIONAL_RE = re.compile(r"\[\?([A-Za-z][A-Za-z0-9_.]*): ([^\[\]]*)\]")
+_BRACE_RE = re.compile(r"[{}]")
 
 FUNCTIONS: dict[str, FunctionSpec] = {
     "defined": FunctionSpec(1, 1),
@@ -179,6 +181,11 @@ class Rule:
 
     def max_severity(self) -> str:
         return max((c.severity for c in self.checks), key=lambda s: SEVERITY_RANK[s], default=self.severity)
+
+    @functools.cached_property
+    def names_used(self) -> frozenset[str]:
+        """`rule_names_used`, computed once: `evaluate` asks for every rule on every log (a scan: thousands)."""
+        return frozenset(rule_names_used(self))
 
 
 @dataclass
@@ -480,7 +487,8 @@ def _check_template(where: str, field_name: str, text: str, names: set[str]) -> 
         if m.group(1) not in names:
             raise RuleLoadError(f"{where}: {field_name}: unknown name '{m.group(1)}' at column {m.start()}")
     masked = _TEMPLATE_RE.sub(lambda m: " " * len(m.group(0)), text)
-    stray = next((i for i, ch in enumerate(masked) if ch in "{}"), None)
+    found = _BRACE_RE.search(masked)
+    stray = found.start() if found else None
     if stray is not None:
         raise RuleLoadError(f"{where}: {field_name}: only {{name}} or {{name:format}} placeholders are allowed "
                             f"(stray {text[stray]!r} at column {stray})")
@@ -758,8 +766,7 @@ def evaluate(rules: RuleSet, facts: LogFacts, analysis: dict, options: Options |
             raise RuleLoadError(err.message) from None
 
     for rule in rules.rules:
-        used = rule_names_used(rule)
-        bad = sorted(n for n in used if n in context.failed)
+        bad = sorted(n for n in rule.names_used if n in context.failed)
         if bad:
             fail(rule, f"figure {', '.join(bad)} could not be computed: {context.failed[bad[0]]}")
             continue
