@@ -20,7 +20,7 @@ from kvlogdiag.extract.failures import MAX_ECHOES, WINDOW, StartupTracker
 from kvlogdiag.input.reader import detect_hard_wrap, iter_lines, make_line, open_input, unwrap_lines
 
 DATA = Path(__file__).parent / "data"
-CASES = [p for d in ("failures", "failures_heldout", "failures_heldout2", "failures_heldout3", "failures_heldout4", "failures_heldout5", "failures_heldout6", "failures_heldout7", "failures_heldout8", "failures_heldout9", "failures_heldout10", "failures_heldout11", "failures_heldout12", "failures_heldout13", "failures_heldout14", "failures_heldout15", "failures_heldout16", "failures_heldout17") for p in sorted((DATA / d).glob("*.json"))]
+CASES = [p for d in ("failures", "failures_heldout", "failures_heldout2", "failures_heldout3", "failures_heldout4", "failures_heldout5", "failures_heldout6", "failures_heldout7", "failures_heldout8", "failures_heldout9", "failures_heldout10", "failures_heldout11", "failures_heldout12", "failures_heldout13", "failures_heldout14", "failures_heldout15", "failures_heldout16", "failures_heldout17", "failures_heldout18") for p in sorted((DATA / d).glob("*.json"))]
 
 
 def run(lines, keep=None) -> dict:
@@ -144,7 +144,14 @@ KNOWN_MISSES = {
     "r17_08_k8s_cpu_image_v064_worker_died_on_first_request",
     "r17_17_llamafactory_internvl3_hf_api_server_mm_placeholder_on_request",
     "r17_14_gpustack_v201_ascend_910b3_vllm_backend_image_not_found",
-    "r17_25_gaudi2_vllm_fork_v063_load_format_dummy_hpu_generator"}
+    "r17_25_gaudi2_vllm_fork_v063_load_format_dummy_hpu_generator",
+    # round 18: wrapper runtimes' own shapes (Triton's python backend "Failed to initialize Python stub: TypeError …"
+    # in glog records, AIBrix's Vineyard RPC retry at [info], a RunPod worker id glued to "[info]AttributeError …\n"),
+    # and JAX's incompatible-devices error on a multi-host TPU Ray cluster classed unknown (ray by the thread)
+    "r18_06_triton_vllm_backend_2023_llama2_python_stub_nonetype_subscript",
+    "r18_09_aibrix_v0_vineyard_kv_cache_rpc_getaddrinfo_failed",
+    "r18_18_ray_serve_llm_tpu_v6e_2x4_multihost_incompatible_devices_jit",
+    "r18_26_runpod_serverless_worker_gpt_oss_tokenizersbackend_no_special_tokens_attr"}
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.xfail(strict=True, reason="known miss"))

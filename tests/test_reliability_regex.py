@@ -86,7 +86,8 @@ def _compile(pattern, flags):
     if not isinstance(pattern, (str, bytes)):
         return orig(pattern, flags)
     f = sys._getframe(1)
-    while f is not None and f.f_code.co_filename.endswith(("/re/__init__.py", "/re.py")):
+    # re's own frames, and kvlogdiag.recache (its compile calls re.compile for the module that asked)
+    while f is not None and f.f_code.co_filename.endswith(("/re/__init__.py", "/re.py", "/kvlogdiag/recache.py")):
         f = f.f_back
     where = f.f_code.co_filename if f is not None else ""
     rx = orig(pattern, flags)
@@ -117,7 +118,7 @@ def _static_literals() -> list[tuple[str, bool, int, str, list[str]]]:
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "re"
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id in ("re", "recache")
                     and node.args and isinstance(node.args[0], ast.Constant)
                     and isinstance(node.args[0].value, (str, bytes))):
                 continue
@@ -137,7 +138,9 @@ def _static_literals() -> list[tuple[str, bool, int, str, list[str]]]:
 
 @lru_cache(maxsize=1)
 def collected() -> list[tuple[str, bool, int, str, tuple[str, ...]]]:
-    proc = subprocess.run([sys.executable, "-c", _CAPTURE], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    # the regex program cache off: a program built from the cache never passes through re._compile
+    env = {**os.environ, "KVLOGDIAG_CACHE_DIR": "off"}
+    proc = subprocess.run([sys.executable, "-c", _CAPTURE], cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     found: dict[tuple[str, bool, int], tuple[str, set[str]]] = {}
     for text, is_bytes, flags, where, used in json.loads(proc.stdout.splitlines()[-1]) + _static_literals():

@@ -41,7 +41,7 @@ _HEAD_ANY = recache.compile(r"(?<![\w.])" + _HEAD_RX)
 HEAD_WINDOW = 240
 _PREFIXES = recache.compile(r"^(?:\((?:[^()]{1,80}?) pid=\d+[^()]{0,60}\)\s*)+")
 _UVICORN = recache.compile(r"^(?P<level>ERROR|CRITICAL|INFO|WARNING):\s+")
-_EXC = recache.compile(r"^(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Failure|Fault|Interrupt)"
+_EXC = recache.compile(r"^(?P<exc>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Failure|Fault|Interrupt)|Exception)"
                        # a module-qualified exception of any name (huggingface_hub.utils._http.OfflineModeIsEnabled)
                        r"|(?:[a-z_][a-z0-9_]*\.)+[A-Z][A-Za-z0-9]+(?=:))"
                        # "XError: message", or the repr a logger printed: XError("message")
@@ -107,7 +107,10 @@ _RUNTIME_MARKERS = ("EngineCore encountered a fatal error", "AsyncLLM output_han
                     "while applying chat template",
                     # the scheduler telling the KV connector about a request's blocks (vllm 0.10.2
                     # vllm/v1/core/sched/scheduler.py:493, once per scheduled request; NIXL logs it at DEBUG)
-                    "update_state_after_alloc")
+                    "update_state_after_alloc",
+                    # a completion request's prompt failing to render (vllm 0.15.1
+                    # vllm/entrypoints/openai/completion/serving.py:120, inside create_completion)
+                    "Error in preprocessing prompt inputs")
 # ... and lines about a request (an id the OpenAI server gives it, "for request <id>"), or the engine core
 # failing a utility call (vllm 0.11.2 vllm/v1/engine/core.py:918 "Invocation of %s method failed")
 _RUNTIME_LINE = recache.compile(r"\b(?:chatcmpl|cmpl|embd)-[0-9a-f]{8}|\bfor request (?:chatcmpl|cmpl|[\w-]{12,})|\bInvocation of \w+ method failed"
