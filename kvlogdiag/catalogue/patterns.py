@@ -279,9 +279,12 @@ pat("using_max_model_len", "0.10-0.17", "Using max model len",
     [("(APIServer pid=508613) INFO 03-08 08:22:23 [model.py:1554] Using max model len 4096", {"n": "4096"})])
 # the tpu-inference plugin's final block size (tpu_inference 0.32.0 platforms/tpu_platform.py:562,
 # update_block_size_for_backend: it keeps cache_config.block_size instead of vLLM's hybrid alignment)
-pat("tpu_block_size", "tpu-inference plugin", "Using cache_config.block_size: ",
-    r"Using cache_config\.block_size: (?P<n>\d+) instead of overriding",
-    [("(EngineCore pid=372) INFO 08-11 02:17:22 [tpu_platform.py:393] Using cache_config.block_size: 64 instead of overriding with _align_hybrid_block_size() since we set mamba_page_size_padded in kv_cache_manager.py",
+# tpu-inference logs the block size it settled on: 0.18.0 platforms/tpu_platform.py:234-235 ("Using KV cache block
+# size: N", after the page size is chosen), 0.32.0 l. 562 ("Using cache_config.block_size: N instead of overriding …")
+pat("tpu_block_size", "tpu-inference plugin", ("Using cache_config.block_size: ", "Using KV cache block size: "),
+    r"Using (?:cache_config\.block_size: (?P<n>\d+) instead of overriding|KV cache block size: (?P<n2>\d+)\s*$)",
+    [("(APIServer pid=1355885) INFO 04-04 21:50:07 [tpu_platform.py:182] Using KV cache block size: 256", {"n2": "256"}),
+     ("(EngineCore pid=372) INFO 08-11 02:17:22 [tpu_platform.py:393] Using cache_config.block_size: 64 instead of overriding with _align_hybrid_block_size() since we set mamba_page_size_padded in kv_cache_manager.py",
       {"n": "64"})])
 # "Starting to load model %s..." with self.model_config.model (0.6.6.post1 worker/model_runner.py, 0.10.2 …
 # 0.32 v1/worker/gpu_model_runner.py / cpu_model_runner.py:68): the model a worker loads, in logs that print

@@ -722,7 +722,7 @@ class Extractor:
         self._config("max_model_len", fact, _int(m.group("n")), "using_max_model_len")
 
     def _h_tpu_block_size(self, m, line, fact):
-        self._config("block_size", fact, _int(m.group("n")), "block_size_line")
+        self._config("block_size", fact, _int(m.group("n") or m.group("n2")), "block_size_line")
 
     def _h_load_model_line(self, m, line, fact):
         self._config("model", fact, m.group("model"), "load_model_line")
