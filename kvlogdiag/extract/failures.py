@@ -110,7 +110,11 @@ _RUNTIME_MARKERS = ("EngineCore encountered a fatal error", "AsyncLLM output_han
                     "update_state_after_alloc",
                     # a completion request's prompt failing to render (vllm 0.15.1
                     # vllm/entrypoints/openai/completion/serving.py:120, inside create_completion)
-                    "Error in preprocessing prompt inputs")
+                    "Error in preprocessing prompt inputs",
+                    # uvicorn's handler of one HTTP / websocket request (0.54.0 protocols/http/h11_impl.py:415,
+                    # httptools_impl.py, websockets_impl.py:262); a start-up failure is "Exception in 'lifespan'
+                    # protocol" (lifespan/on.py:96)
+                    "Exception in ASGI application")
 # ... and lines about a request (an id the OpenAI server gives it, "for request <id>"), or the engine core
 # failing a utility call (vllm 0.11.2 vllm/v1/engine/core.py:918 "Invocation of %s method failed")
 _RUNTIME_LINE = recache.compile(r"\b(?:chatcmpl|cmpl|embd)-[0-9a-f]{8}|\bfor request (?:chatcmpl|cmpl|[\w-]{12,})|\bInvocation of \w+ method failed"
