@@ -55,7 +55,7 @@ def _archive(folder: Path) -> list[Path]:
 
 
 @pytest.fixture(scope="module")
-def s3():
+def s3(tmp_path_factory):
     """A moto S3 server on 127.0.0.1 and the environment that points boto (s3fs) at it."""
     pytest.importorskip("s3fs")
     pytest.importorskip("fsspec")
@@ -65,8 +65,12 @@ def s3():
     server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     env = dict(os.environ, AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}", AWS_ACCESS_KEY_ID="testing",
-               AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1", AWS_CONFIG_FILE=os.devnull,
-               AWS_SHARED_CREDENTIALS_FILE=os.devnull)
+               AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1")
+    # empty config files of our own, so the user's ~/.aws is not read (botocore 1.43 no longer parses os.devnull:
+    # "Unable to parse config file: /dev/null")
+    empty = tmp_path_factory.mktemp("aws") / "empty"
+    empty.write_text("")
+    env.update(AWS_CONFIG_FILE=str(empty), AWS_SHARED_CREDENTIALS_FILE=str(empty))
     client = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], aws_access_key_id="testing",
                           aws_secret_access_key="testing", region_name="us-east-1")
     client.create_bucket(Bucket="logs")
