@@ -114,7 +114,13 @@ _RUNTIME_MARKERS = ("EngineCore encountered a fatal error", "AsyncLLM output_han
                     # uvicorn's handler of one HTTP / websocket request (0.54.0 protocols/http/h11_impl.py:415,
                     # httptools_impl.py, websockets_impl.py:262); a start-up failure is "Exception in 'lifespan'
                     # protocol" (lifespan/on.py:96)
-                    "Exception in ASGI application")
+                    "Exception in ASGI application",
+                    # V0's scheduler swapping a preempted sequence out to CPU memory, which only running requests
+                    # have (vllm 0.6.6.post1 vllm/core/scheduler.py:1609, _preempt_by_swap)
+                    "Aborted due to the lack of CPU swap space",
+                    # a tool parser reading one model response (vllm 0.10.2 entrypoints/openai/tool_parsers/
+                    # hermes_tool_parser.py:149, in extract_tool_calls)
+                    "Error in extracting tool call from response")
 # ... and lines about a request (an id the OpenAI server gives it, "for request <id>"), or the engine core
 # failing a utility call (vllm 0.11.2 vllm/v1/engine/core.py:918 "Invocation of %s method failed")
 _RUNTIME_LINE = recache.compile(r"\b(?:chatcmpl|cmpl|embd)-[0-9a-f]{8}|\bfor request (?:chatcmpl|cmpl|[\w-]{12,})|\bInvocation of \w+ method failed"
@@ -287,7 +293,8 @@ class StartupTracker:
         self._weak: _Candidate | None = None  # a catalogued cause vLLM logged at WARNING (it waits, then fails)
         self._warning_tail = 0  # the line that continues a Python warning ("x.py:7: RuntimeWarning: …:")
         self._error_line: _Candidate | None = None  # vLLM's first ERROR record that states no exception (last resort)
-        self._prev_error: tuple[Line, str | None, str | None, str] | None = None  # the last plain ERROR record
+        # the last run of plain ERROR records of one logging call: (first line, process, file:line, first text, last number)
+        self._prev_error: tuple[Line, str | None, str | None, str, int] | None = None
         self._logged_exc: _Candidate | None = None  # str(e) that logger.exception printed above its traceback
         # a cause whose message may go on on the next lines: (candidate, last line, process, level, lines left)
         self._continue: tuple[_Candidate, int, str | None, str | None, int] | None = None
@@ -338,6 +345,12 @@ class StartupTracker:
             self.cause = None
             return
         level, body = split_level(text)
+        if body[:6] == "[rank" or body.lstrip()[:5] == "[rank":
+            # torch.distributed's "[rank0]: " before each line of a rank's output: the line itself follows,
+            # indentation included (a traceback's "    raise …" source line stays a source line)
+            if tm := _TORCH_RANK.match(body.lstrip()):
+                body = body.lstrip()[tm.end():]
+                body = body[1:] if body[:1] == " " else body
         body_s = body.strip()
         if body_s[:1] in ("*", "_", "`") and _MD_OPEN.match(body_s):
             body_s = _MD_CLOSE.sub("", _MD_OPEN.sub("", body_s))
@@ -389,12 +402,13 @@ class StartupTracker:
             return
         if body_s.startswith("Traceback (most recent call last)"):
             pe = self._prev_error
-            if pe is not None and self._logged_exc is None and pe[0].number == line.number - 1 and pe[1] == proc \
+            if pe is not None and self._logged_exc is None and line.number - pe[4] <= 2 and pe[1] == proc \
                     and pe[2] is not None and pe[2] == _record_loc(line.text) and pe[2].startswith("engine.py:"):
                 # `logger.exception(e)` in V0's run_mp_engine (vllm/engine/multiprocessing/engine.py: 0.6.6.post1 l. 366,
                 # 0.7.3 l. 400, 0.8.5.post1 l. 448, 0.10.2 l. 468): str(e) on the record right above the traceback, from
                 # the same logging call. Only there: other logger.exception calls print a fixed announcement
-                # ("WorkerProc hit an exception.", "Engine background task failed")
+                # ("WorkerProc hit an exception.", "Engine background task failed"). A message of several lines
+                # (pybind11's "incompatible constructor arguments" and its list) is read from its first line
                 self._logged_exc = self._candidate(pe[0], proc, pe[3], self.cat.match(pe[3]), None, "unknown",
                                                    {"logged_with_its_traceback": "yes"}, None)
             self._open_tb(proc, line.number, body_s, "IGNORED" if proc in self._ignore_next else level)
@@ -436,7 +450,11 @@ class StartupTracker:
         echo = self.cat.is_echo(body_s)
         death = self.cat.death(body_s)
         if level in ("ERROR", "CRITICAL") and em is None and tb is None and not echo and death is None and not code_line:
-            self._prev_error = (line, proc, _record_loc(line.text), body_s)
+            loc, pe = _record_loc(line.text), self._prev_error
+            if pe is not None and pe[1] == proc and pe[2] == loc and loc is not None and line.number - pe[4] <= 2:
+                self._prev_error = (pe[0], proc, loc, pe[3], line.number)  # the same record goes on
+            elif body_s:
+                self._prev_error = (line, proc, loc, body_s, line.number)
         if death is not None:
             self._add_death(line, proc, death)
         if echo or death is not None:
