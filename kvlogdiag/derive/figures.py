@@ -492,11 +492,11 @@ def derive(facts: LogFacts) -> dict[str, Any]:
     for key, f in sorted(chosen.items()):
         if key in analysis["config"]:
             prov[f"config.{key}"] = {"line": f.line, "rank": f.rank, "source": f.source, "kind": f.kind}
-    for name, lst in (("vllm.version", [f for f in facts.version if f.value == version]),
-                      ("vllm.engine", [f for f in facts.engine if f.value == engine]),
-                      ("vllm.platform", [f for f in platform_facts(facts) if f.value == platform])):
-        if lst:
-            prov[name] = {"line": lst[0].line, "rank": lst[0].rank, "source": lst[0].source, "kind": lst[0].kind}
+    for name, first in (("vllm.version", next((f for f in facts.version if f.value == version), None)),  # the first, no list
+                        ("vllm.engine", next((f for f in facts.engine if f.value == engine), None)),
+                        ("vllm.platform", next((f for f in platform_facts(facts) if f.value == platform), None))):
+        if first is not None:
+            prov[name] = {"line": first.line, "rank": first.rank, "source": first.source, "kind": first.kind}
     if facts.insufficient_kv:
         f = facts.insufficient_kv[0]
         prov["errors.insufficient_kv"] = {"line": f.line, "rank": f.rank, "source": f.source, "kind": f.kind}

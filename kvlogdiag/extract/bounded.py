@@ -8,9 +8,10 @@ line, rank, source, run, DP group: ~30 bytes a line) instead of one `Fact` with 
 (~500 bytes), and builds the `Fact` when it is read.
 
 Texts (the evidence a finding quotes) are kept only for the facts a reader can cite: the first and the
-last `KEEP` of the list, and in each (source, run, DP group, rank) group its first and last fact and
-its first smallest and first largest value (the figures and rules cite the first, the last, the
-smallest or the largest of a group: ``min(facts.tokens, key=…)``, ``facts.version[0]``, ``top[-1]``).
+last `KEEP` of the list, and in each (source, run, DP group, rank) group its first and last fact, its
+first smallest and first largest value, its first smallest positive one and its first one ≤ 0 (the
+figures and rules cite those of a group: ``min(facts.tokens, key=…)``, ``facts.version[0]``, ``top[-1]``,
+the ends of a spread of positive figures, the first "no KV memory" figure).
 Any other fact reads back with ``raw=None``. Kept facts are returned as the same object every time.
 """
 
@@ -99,6 +100,19 @@ def _number(v: Any) -> float | None:
     return v if not isinstance(v, float) or not math.isnan(v) else None
 
 
+# The facts of a group a reader can cite, each as "does the new value x take the role" (empty: no holder yet,
+# v: the holder's value): the first, the last, the first smallest and first largest, the first smallest
+# positive (the low end of a spread: KVD018) and the first that is zero or negative (no KV memory: KVD010).
+_ROLES: tuple[Callable[[Any, bool, Any], bool], ...] = (
+    lambda x, empty, v: empty,
+    lambda x, empty, v: True,
+    lambda x, empty, v: x is not None and (empty or x < v),
+    lambda x, empty, v: x is not None and (empty or x > v),
+    lambda x, empty, v: x is not None and x > 0 and (empty or x < v),
+    lambda x, empty, v: x is not None and x <= 0 and empty,
+)
+
+
 class FactColumn(Sequence):
     """A list of `Fact` (append, len, index, iterate) stored in columns, texts capped (module docstring).
 
@@ -120,7 +134,7 @@ class FactColumn(Sequence):
         self._n = 0
         self._kept: dict[int, Fact] = {}
         self._pins: dict[int, int] = {}  # index → how many group roles (first/last/min/max) it holds
-        self._groups: dict[tuple, list] = {}  # (source, run, dp, rank) → [first, last, min_i, min_v, max_i, max_v]
+        self._groups: dict[tuple, list] = {}  # (source, run, dp, rank) → [index, value] of each of _ROLES
         self.texts_dropped = 0  # facts whose text was let go
         for f in facts:
             self.append(f)
@@ -163,28 +177,18 @@ class FactColumn(Sequence):
         self._sources.append(s)
         self._n = i + 1
         self._kept[i] = f
-        g = self._groups.get((s, f.run, f.dp, r))
-        x = _number(self._key(f.value) if self._key is not None else f.value)
+        key = (s, f.run, f.dp, r)
+        g = self._groups.get(key)
         if g is None:
-            self._groups[(s, f.run, f.dp, r)] = [i, i, i if x is not None else None, x, i if x is not None else None, x]
-            for _ in range(2 + 2 * (x is not None)):
+            g = self._groups[key] = [None] * (2 * len(_ROLES))
+        x = _number(self._key(f.value) if self._key is not None else f.value)
+        for k, takes in enumerate(_ROLES):
+            held = g[2 * k]
+            if takes(x, held is None, g[2 * k + 1]):
+                if held is not None:
+                    self._unpin(held)
+                g[2 * k], g[2 * k + 1] = i, x
                 self._pin(i)
-        else:
-            old_last = g[1]
-            g[1] = i
-            self._pin(i)
-            if x is not None:
-                if g[3] is None or x < g[3]:
-                    if g[2] is not None:
-                        self._unpin(g[2])
-                    g[2], g[3] = i, x
-                    self._pin(i)
-                if g[5] is None or x > g[5]:
-                    if g[4] is not None:
-                        self._unpin(g[4])
-                    g[4], g[5] = i, x
-                    self._pin(i)
-            self._unpin(old_last)
         if i - KEEP >= KEEP:
             self._maybe_drop(i - KEEP)  # it left the last KEEP
 

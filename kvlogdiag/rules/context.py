@@ -506,8 +506,8 @@ def _kv(b: _Builder) -> None:
     put("estimated_max_len", ik.value["estimated_max_len"] if ik else None, ik)
     nam = facts.events.get("no_available_memory")
     put("no_available_memory", bool(nam), nam[0] if nam else None)
-    neg = [f for f in avail if f.value <= 0]
-    put("available_negative", bool(neg), neg[0] if neg else None)
+    neg = next((f for f in avail if f.value <= 0), None)  # the first: no list of them (issue 18, memory)
+    put("available_negative", neg is not None, neg)
     bp = _first(facts.events.get("block_pool_no_free"))
     put("kv_alloc_fail_blocks", bp.value if bp is not None else None, bp)
     pe = facts.events.get("prompt_exceeds_kv_capacity") or []
