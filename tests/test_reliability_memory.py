@@ -198,3 +198,39 @@ def test_a_column_keeps_the_exact_type_of_odd_values():
     for i, v in enumerate(odd):
         col.append(_fact(v, i + 1))
     assert [f.value for f in col] == odd and [type(f.value) for f in col] == [type(v) for v in odd]
+
+
+def _kv_mix(seed: int, n: int) -> bytes:
+    """KV lines of several ranks and DP groups, with ties, zeros and negatives (only after the first tenth, so
+    the first of them is no group's first line), V0 budgets and blocks."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        dp, tp = rng.randint(0, 2), rng.randint(0, 3)
+        rank = rng.choice([f"(Worker_DP{dp}_TP{tp} pid={100 + tp}) ", f"(Worker_DP{dp}_PP1_TP{tp} pid=7) ", f"(EngineCore_DP{dp} pid=9) ", ""])
+        v = rng.choice([30.0, 31.5, 0.0, -2.0, round(rng.uniform(-1, 60), 2)])
+        if i < n // 10:
+            v = abs(v) + 1.0
+        out.append(rng.choice([
+            f"{rank}INFO 11-29 10:00:00 [gpu_worker.py:298] Available KV cache memory: {v} GiB",
+            f"{rank}INFO 11-29 10:00:00 [kv_cache_utils.py:864] GPU KV cache size: {rng.choice([0, 485088, rng.randint(1, 10**6)]):,} tokens",
+            f"{rank}INFO 11-29 10:00:00 [kv_cache_utils.py:868] Maximum concurrency for 65,536 tokens per request: {rng.choice([7.4, round(rng.uniform(0, 20), 2)])}x",
+            f"{rank}INFO 11-29 10:00:00 executor_base.py:111] # cuda blocks: {rng.choice([0, 28047, rng.randint(1, 50000)])}, # CPU blocks: 2048",
+            f"{rank}INFO 11-29 10:00:00 worker.py:232] Memory profiling results: total_gpu_memory=44.42GiB "
+            f"non_torch_memory=0.73GiB kv_cache_size={v}GiB gpu_memory_utilization=0.90",
+            f"{rank}INFO 11-29 10:00:00 [gpu_model_runner.py:2007] Model loading took {v} GiB and 88.4 seconds",
+        ]))
+    return (ROOT / "sample_logs" / "v1_dp2_tp4.log").read_bytes() + ("\n".join(out) + "\n").encode()
+
+
+@pytest.mark.parametrize("seed", [2, 5])  # seeds where keeping only first/last/min/max loses a cited text
+def test_capped_texts_change_no_output(analyzer, monkeypatch, seed):
+    """What a finding, the provenance or a figure cites keeps its text: the JSON of a log of 3,000 KV lines
+    is the same with the texts capped as with every text kept."""
+    from kvlogdiag.extract import bounded
+
+    data = _kv_mix(seed, 3_000)
+    capped = analyzer.analyze_stream(io.BufferedReader(io.BytesIO(data)), "x.log").to_json(which="all")
+    monkeypatch.setattr(bounded, "KEEP", 10**9)  # nothing is let go
+    whole = analyzer.analyze_stream(io.BufferedReader(io.BytesIO(data)), "x.log").to_json(which="all")
+    assert capped == whole and capped["findings"]
