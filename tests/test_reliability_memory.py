@@ -122,25 +122,25 @@ def state_bytes(analyzer: Analyzer, data: bytes) -> int:
 
 # bytes of peak (analysis + JSON) per added line: before (session 5) → now, and the bound
 PEAK_BOUNDS = {
-    "stats": 40,         # 8 → 8: aggregates only (the distributions keep one count per distinct value)
-    "preemption": 150,   # 540 → 44: a count, the first 50 lines; was also an engine vote with its text per line
-    "warning": 200,      # 319 → 132: event counts + the first 50 of each; was also the restated max_model_len as a Fact
-    "request": 100,      # 52 → 55: lines no pattern reads
-    "mixed": 150,        # 94 → 15
+    "stats": 40,         # 0 → 0: aggregates only (the distributions keep one count per distinct value)
+    "preemption": 150,   # 540 → 44: a count and the first 50 lines; was also an engine vote with its text per line
+    "warning": 150,      # 244 → 57: event counts + the first 50 of each; was also the restated max_model_len as a Fact
+    "request": 100,      # 19 → 19: lines no pattern reads
+    "mixed": 150,        # 95 → 16
     # KV lines: the contract's list entry of each value (+ one bytes_per_token_by_rank pairing per token count)
-    "available": 220,    # 324 → 114
-    "tokens": 850,       # 1,006 → 659: the pairing is a dict in derive, a RankFigures and a dict in the JSON
-    "concurrency": 600,  # 705 → 466: the {tokens_per_request, concurrency} dict of the contract per line
-    "blocks": 400,       # 510 → < 100
+    "available": 220,    # 329 → 114
+    "tokens": 850,       # 1,016 → 659: the pairing is a dict (derive, then the JSON) and a RankFigures
+    "concurrency": 600,  # 711 → 466: the {tokens_per_request, concurrency} dict of the contract per line
+    "blocks": 400,       # 509 → 222
 }
 # bytes kept while reading per added line: before → bound (the values the JSON contract lists stay)
 STATE_BOUNDS = {
-    "available": 80,     # before 300: a Fact with the line's text and its own rank string per line; now ~40
-    "tokens": 120,       # before 405: + an engine vote (a second Fact) per line; now ~80 (two column entries)
-    "concurrency": 130,  # before 508; now ~90 ((tokens, x) as two array entries, + the engine vote)
-    "blocks": 160,       # before 477; now ~120 (the count, the engine vote and the device's platform vote)
-    "preemption": 60,    # before 197: the engine vote of each warning, with its text
-    "warning": 60,       # before 186; now ~20
+    "available": 80,     # 300 → 41: was a Fact with the line's text and its own rank string per line
+    "tokens": 120,       # 405 → 81: + an engine vote (a second Fact) per line; now two column entries
+    "concurrency": 130,  # 508 → 89: (tokens, x) as two array entries, + the engine vote
+    "blocks": 160,       # 481 → 118: the count, the engine vote and the device's platform vote
+    "preemption": 60,    # ~500 → 41: the engine vote of each warning, with its text
+    "warning": 60,       # 186 → 21
 }
 
 
