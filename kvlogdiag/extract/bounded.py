@@ -221,11 +221,6 @@ class FactColumn(Sequence):
         for i in range(self._n):
             yield self._fact(i)
 
-    def values(self) -> list:
-        """Every value, in order (no `Fact` built)."""
-        v = self._values
-        return [v[i] for i in range(self._n)]
-
     def __add__(self, other: Any) -> list:
         return list(self) + list(other)
 
@@ -258,12 +253,7 @@ def tuple_second(v: Any) -> Any:
     return v[1] if isinstance(v, tuple) and len(v) > 1 else None
 
 
-def texts_dropped(*columns: Any) -> int:
-    """How many facts of these lists had their text let go (0 for plain lists)."""
-    return sum(getattr(c, "texts_dropped", 0) for c in columns)
-
-
-__all__ = ["KEEP", "FactColumn", "FactColumns", "RankValues", "texts_dropped", "tuple_second"]
+__all__ = ["KEEP", "FactColumn", "FactColumns", "RankValues", "tuple_second"]
 
 
 class RankValues(Sequence):
