@@ -11,6 +11,7 @@ from typing import Any, BinaryIO
 
 from kvlogdiag.catalogue.patterns import prefilter_regex
 from kvlogdiag.derive.figures import derive
+from kvlogdiag.extract.bounded import RankValues
 from kvlogdiag.extract.commands import PREFILTER_KEYWORDS as COMMAND_KEYWORDS
 from kvlogdiag.extract.extractor import Extractor
 from kvlogdiag.extract.facts import LogFacts
@@ -360,7 +361,7 @@ def build_analysis(facts: LogFacts, d: dict[str, Any], findings: list[dict]) -> 
         kv_transfer=d.get("kv_transfer"),
         provenance=d["provenance"],
         findings=[Finding.from_json(f) for f in findings],
-        memory_by_rank={k: [RankValue(f.value, f.rank, f.line, f.dp) for f in v] for k, v in sorted(facts.memory.items())},
+        memory_by_rank={k: RankValues(v) for k, v in sorted(facts.memory.items())},  # type: ignore[misc]
         startup=d.get("startup"),
         evidence=_first_lines(facts),
         extra={k: v for k, v in d.items() if k not in known},
@@ -371,7 +372,7 @@ def build_analysis(facts: LogFacts, d: dict[str, Any], findings: list[dict]) -> 
 
 
 def _rank_values(facts: list) -> list[RankValue]:
-    return [RankValue(f.value, f.rank, f.line, f.dp) for f in facts]
+    return RankValues(facts)  # type: ignore[return-value]  # a view: no RankValue kept per line (extract/bounded.py)
 
 
 def _first_lines(facts: LogFacts) -> dict[str, LogLine]:

@@ -47,7 +47,8 @@ from kvlogdiag.catalogue.failures import catalogue as load_failures
 
 ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "kvlogdiag"
-SCOPE = ("catalogue/", "input/", "extract/")  # the modules that read every line
+SCOPE = ("catalogue/", "input/", "extract/", "derive/")  # the modules that read every line, and derive/ (it applies
+# regexes to values read from lines: versions, process prefixes)
 NOT_ON_LINES = ("catalogue/coverage.py",)  # reads vLLM's harvested format strings (a `rules --coverage` report), not logs
 RUN = 20_000
 GUARD_CPU_S = 0.5

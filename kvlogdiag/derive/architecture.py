@@ -366,9 +366,11 @@ def parse_vllm_version(version: str | None) -> tuple[int, int, int] | None:
     """``"0.10.2"``, ``"v0.11.1rc3"``, ``"0.13.0+faa43dbf.nv26.01"`` → ``(0, 10, 2)`` etc."""
     if not version:
         return None
-    m = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", str(version))
-    if not m:
-        return None
+    # (?<!\d): the leftmost match starts where a digit run starts, so starting inside one is never
+    # tried (the same match; without it a 20,000-digit run costs ~10^8 steps: issue 18, ReDoS)
+    m = re.search(r"(?<!\d)(\d+)\.(\d+)(?:\.(\d+))?", str(version))
+    if not m or max(len(g or "") for g in m.groups()) > 18:
+        return None  # a version number of 19+ digits is damage (int() refuses 4,300+ digits)
     return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
 
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 import math
 import re
 import statistics
-from typing import Any
+from array import array
+from typing import Any, Iterator
 
 from kvlogdiag.extract.facts import Fact, LogFacts, provenance_kind
 
@@ -232,43 +233,60 @@ def worker_order(rank: str | None) -> tuple[int, int] | None:
 
 
 def pair_bytes_per_token(facts: LogFacts, block_size: int | None) -> tuple[list[dict], list[str]]:
-    """Pair memory figures with token counts per (run, DP group)."""
+    """Pair memory figures with token counts per (run, DP group).
+
+    Groups hold positions in the fact lists, not the facts: a log with many KV lines keeps one `Fact` at a
+    time here, except where one group's memory and token lines are matched one to one (issue 18, memory)."""
     notes: list[str] = []
     pairs: list[dict] = []
-    groups: dict[tuple[int, int], dict[str, list[Fact]]] = {}
-    for f in facts.available:
-        groups.setdefault((f.run, f.dp), {}).setdefault("avail", []).append(f)
-    for f in facts.kv_budget:
-        groups.setdefault((f.run, f.dp), {}).setdefault("budget", []).append(f)
-    for f in facts.tokens:
-        groups.setdefault((f.run, f.dp), {}).setdefault("tokens", []).append(f)
-    v0_tokens: list[Fact] = []
+    avail, budget_facts, token_facts = facts.available, facts.kv_budget, facts.tokens
+    groups: dict[tuple[int, int], dict[str, array]] = {}
+    for i, f in enumerate(avail):
+        groups.setdefault((f.run, f.dp), {}).setdefault("avail", array("q")).append(i)
+    for i, f in enumerate(budget_facts):
+        groups.setdefault((f.run, f.dp), {}).setdefault("budget", array("q")).append(i)
+    for i, f in enumerate(token_facts):
+        groups.setdefault((f.run, f.dp), {}).setdefault("tokens", array("q")).append(i)
     if facts.blocks:
         if block_size:
-            for f in facts.blocks:
-                t = Fact(f.value * block_size, f.line, f.rank, f.raw, "blocks", f.run, f.dp)
-                groups.setdefault((f.run, f.dp), {}).setdefault("tokens", []).append(t)
-                v0_tokens.append(t)
+            for i, f in enumerate(facts.blocks):
+                groups.setdefault((f.run, f.dp), {}).setdefault("tokens", array("q")).append(~i)  # ~i: a blocks line
         else:
             notes.append("V0 '# blocks' counts cannot be turned into tokens: the log states no block size")
+
+    def token_fact(i: int) -> Fact:
+        if i >= 0:
+            return token_facts[i]
+        f = facts.blocks[~i]
+        return Fact(f.value * block_size, f.line, f.rank, f.raw, "blocks", f.run, f.dp)  # type: ignore[operator]
+
     # runs whose engines printed memory only once (e.g. >=0.12 local rank 0 with DP on one node):
     # fall back to the run's figures when a DP group has tokens but no memory line of its own
     for (run, dp), g in sorted(groups.items()):
         if "tokens" not in g:
             continue
-        mem: list[tuple[Fact, float, str | None]] = [(f, f.value, f.rank) for f in g.get("avail", [])]
         kind = "available"
-        if not mem:
-            budget = g.get("budget", [])
-            mem = [(f, f.value[1], f.rank) for f in budget]
-            kind = budget[0].value[0] if budget else kind
-        if not mem:
-            same_run = [f for (r, d), gg in groups.items() if r == run for f in gg.get("avail", [])]
-            mem = [(f, f.value, f.rank) for f in same_run]
-        if not mem:
+        if "avail" in g:
+            col, idx, second = avail, g["avail"], False
+        elif "budget" in g:
+            col, idx, second = budget_facts, g["budget"], True
+            kind = budget_facts[idx[0]].value[0]
+        else:
+            col, idx, second = avail, array("q", (i for (r, _d), gg in groups.items() if r == run for i in gg.get("avail", ()))), False
+        n_mem = len(idx)
+        if not n_mem:
             continue
-        toks = g["tokens"]
-        if len(mem) == len(toks) and len(toks) > 1:
+
+        def mem_of(col: Any = col, idx: array = idx, second: bool = second) -> Iterator[tuple[Fact, float, str | None]]:
+            for i in idx:
+                f = col[i]
+                yield f, (f.value[1] if second else f.value), f.rank
+
+        tok_idx = g["tokens"]
+        matched: Any = None
+        if n_mem == len(tok_idx) and len(tok_idx) > 1:
+            mem = list(mem_of())
+            toks = [token_fact(i) for i in tok_idx]
             keys = [worker_order(rank) for _, _, rank in mem]
             if all(k is not None for k in keys) and len(set(keys)) == len(keys):
                 # 0.8-0.11 print one token line per worker, in worker-rank order
@@ -278,9 +296,9 @@ def pair_bytes_per_token(facts: LogFacts, block_size: int | None) -> tuple[list[
                 ms = sorted(mem, key=lambda x: x[1])
                 ts = sorted(toks, key=lambda f: f.value)
                 matched = list(zip(ms, ts))
-        else:
-            smallest = min(mem, key=lambda x: x[1])
-            matched = [(smallest, t) for t in toks]
+        if matched is None:
+            smallest = min(mem_of(), key=lambda x: x[1])
+            matched = ((smallest, token_fact(i)) for i in tok_idx)
         for (mf, gib, rank), tf in matched:
             tokens = tf.value
             bpt = None
@@ -288,9 +306,10 @@ def pair_bytes_per_token(facts: LogFacts, block_size: int | None) -> tuple[list[
                 bpt = gib * GIB / tokens
                 if not (MIN_PLAUSIBLE_BPT <= bpt <= MAX_PLAUSIBLE_BPT):
                     bpt = None  # explained once in the run's note
+            # the JSON entry itself (kv_cache.bytes_per_token_by_rank): one dict per pairing, not two
             pairs.append({"rank": rank, "available_gib": gib, "tokens": tokens, "bytes_per_token": bpt,
-                          "memory_source": kind, "memory_line": mf.line, "tokens_line": tf.line,
-                          "dp": dp, "run": run})
+                          "dp_group": dp, "run": run, "memory_source": kind, "memory_line": mf.line,
+                          "tokens_line": tf.line})
     return pairs, notes
 
 
@@ -444,11 +463,7 @@ def derive(facts: LogFacts) -> dict[str, Any]:
             "max_concurrency": [{"tokens_per_request": f.value[0], "concurrency": f.value[1]} for f in facts.concurrency],
             "bytes_per_token": bpt,
             "bytes_per_token_kind": kind,
-            "bytes_per_token_by_rank": [
-                {"rank": p["rank"], "available_gib": p["available_gib"], "tokens": p["tokens"],
-                 "bytes_per_token": p["bytes_per_token"], "dp_group": p["dp"], "run": p["run"],
-                 "memory_source": p["memory_source"], "memory_line": p["memory_line"], "tokens_line": p["tokens_line"]}
-                for p in pairs],
+            "bytes_per_token_by_rank": pairs,
             "bytes_per_token_note": "; ".join(notes) or None,
             "bytes_per_token_from_error": bpt_err,
             "ranks_disagree": disagree,
@@ -477,11 +492,11 @@ def derive(facts: LogFacts) -> dict[str, Any]:
     for key, f in sorted(chosen.items()):
         if key in analysis["config"]:
             prov[f"config.{key}"] = {"line": f.line, "rank": f.rank, "source": f.source, "kind": f.kind}
-    for name, lst in (("vllm.version", [f for f in facts.version if f.value == version]),
-                      ("vllm.engine", [f for f in facts.engine if f.value == engine]),
-                      ("vllm.platform", [f for f in platform_facts(facts) if f.value == platform])):
-        if lst:
-            prov[name] = {"line": lst[0].line, "rank": lst[0].rank, "source": lst[0].source, "kind": lst[0].kind}
+    for name, first in (("vllm.version", next((f for f in facts.version if f.value == version), None)),  # the first, no list
+                        ("vllm.engine", next((f for f in facts.engine if f.value == engine), None)),
+                        ("vllm.platform", next((f for f in platform_facts(facts) if f.value == platform), None))):
+        if first is not None:
+            prov[name] = {"line": first.line, "rank": first.rank, "source": first.source, "kind": first.kind}
     if facts.insufficient_kv:
         f = facts.insufficient_kv[0]
         prov["errors.insufficient_kv"] = {"line": f.line, "rank": f.rank, "source": f.source, "kind": f.kind}

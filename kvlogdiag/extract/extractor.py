@@ -15,6 +15,7 @@ from typing import Any, Callable
 from kvlogdiag import recache
 from kvlogdiag.catalogue.patterns import STATS_TAIL, Pattern, catalogue
 from kvlogdiag.extract import commands
+from kvlogdiag.extract.bounded import FactColumn
 from kvlogdiag.extract.facts import Fact, LogFacts
 from kvlogdiag.extract.failures import StartupTracker
 from kvlogdiag.extract.platform import RECORD as PLATFORM_RECORD
@@ -293,8 +294,8 @@ class Extractor:
         # platform lines after the old run's KV sizing belong to the start that follows them
         moved = [f for f in old.platform if old.kv_sized and f.line > self._kv_line]
         if moved:
-            old.platform = [f for f in old.platform if f not in moved]
-            new.platform = [self._with_run(f) for f in moved]
+            old.platform = FactColumn([f for f in old.platform if f not in moved])  # type: ignore[assignment]
+            new.platform = FactColumn([self._with_run(f) for f in moved])  # type: ignore[assignment]
             new.first_line = min(f.line for f in moved)
             old.last_line_of_run = max(new.first_line - 1, old.first_line)
         new.line_hits = {} if isinstance(old.line_hits, dict) else old.line_hits

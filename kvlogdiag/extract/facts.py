@@ -221,6 +221,19 @@ class StatsSummary:
         return sum(f.value for f in facts), max(facts, key=lambda f: f.line)
 
 
+def _column(second: bool = False) -> Any:
+    """A `bounded.FactColumn`: the values of every line, the texts of the lines a reader can cite."""
+    from kvlogdiag.extract.bounded import FactColumn, tuple_second
+
+    return FactColumn(key=tuple_second if second else None)
+
+
+def _columns() -> Any:
+    from kvlogdiag.extract.bounded import FactColumns
+
+    return FactColumns()
+
+
 @dataclass
 class LogFacts:
     """Everything extracted from one server start (run) of one input."""
@@ -233,23 +246,23 @@ class LogFacts:
     first_line: int = 1  # first line of the input that belongs to this run
     last_line_of_run: int = 0  # last line of the input that belongs to this run
     started_by: str | None = None  # pattern that opened this run (None: the input's first run)
-    version: list[Fact] = field(default_factory=list)
-    engine: list[Fact] = field(default_factory=list)
-    platform: list[Fact] = field(default_factory=list)
-    config: dict[str, list[Fact]] = field(default_factory=dict)
+    version: list[Fact] = field(default_factory=lambda: _column())
+    engine: list[Fact] = field(default_factory=lambda: _column())
+    platform: list[Fact] = field(default_factory=lambda: _column())
+    config: dict[str, list[Fact]] = field(default_factory=lambda: _columns())
     env: dict[str, Fact] = field(default_factory=dict)
     # every argument as each kind of line stated it, whether kvlogdiag tracks it or not: source
     # (non_default_args, args_namespace, user_command, ..., engine_config) → argparse dest → Fact
     launch_args: dict[str, dict[str, Fact]] = field(default_factory=dict)
-    available: list[Fact] = field(default_factory=list)  # GiB, "Available KV cache memory"
-    kv_budget: list[Fact] = field(default_factory=list)  # value = (source kind, GiB)
-    tokens: list[Fact] = field(default_factory=list)
-    blocks: list[Fact] = field(default_factory=list)
-    concurrency: list[Fact] = field(default_factory=list)  # value = (tokens_per_request, x)
-    memory: dict[str, list[Fact]] = field(default_factory=dict)  # weights, graph, non_torch, ...
+    available: list[Fact] = field(default_factory=lambda: _column())  # GiB, "Available KV cache memory"
+    kv_budget: list[Fact] = field(default_factory=lambda: _column(second=True))  # value = (source kind, GiB)
+    tokens: list[Fact] = field(default_factory=lambda: _column())
+    blocks: list[Fact] = field(default_factory=lambda: _column())
+    concurrency: list[Fact] = field(default_factory=lambda: _column(second=True))  # value = (tokens_per_request, x)
+    memory: dict[str, list[Fact]] = field(default_factory=lambda: _columns())  # weights, graph, non_torch, ...
     events: dict[str, list[Fact]] = field(default_factory=dict)  # named lines (errors, warnings), first 50
     event_counts: dict[str, int] = field(default_factory=dict)
-    insufficient_kv: list[Fact] = field(default_factory=list)
+    insufficient_kv: list[Fact] = field(default_factory=lambda: _column())
     preemption_warnings: list[Fact] = field(default_factory=list)  # V0 lines (first 100 kept)
     preemption_warning_count: int = 0
     recompute_preemptions: int = 0

@@ -19,6 +19,7 @@ that raises is a rule error of its rule.
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -454,8 +455,9 @@ def _kv(b: _Builder) -> None:
     put("available_gib_max", max((f.value for f in avail), default=None))
     put("kv_budget_gib_min", _min([f.value[1] for f in facts.kv_budget]),
         min(facts.kv_budget, key=lambda f: f.value[1]) if facts.kv_budget else None)
-    kv_figs = [(f.value, f) for f in facts.available] + [(f.value[1], f) for f in facts.kv_budget]
-    lo = min(kv_figs, key=lambda t: t[0]) if kv_figs else None
+    # a generator, not a list: one (value, Fact) at a time however many KV lines (issue 18, memory)
+    kv_figs = itertools.chain(((f.value, f) for f in facts.available), ((f.value[1], f) for f in facts.kv_budget))
+    lo = min(kv_figs, key=lambda t: t[0], default=None)
     put("kv_gib_min", lo[0] if lo else None, lo[1] if lo else None)
     toks = facts.tokens
     put("tokens_min", _min([f.value for f in toks]), min(toks, key=lambda f: f.value) if toks else None)
@@ -474,8 +476,8 @@ def _kv(b: _Builder) -> None:
     put("max_concurrency", _min([f.value[1] for f in conc]), min(conc, key=lambda f: f.value[1]) if conc else None)
 
     # capacity of one engine, and as text
-    cconc = [f for f in conc if isinstance(f.value, tuple) and len(f.value) == 2]
-    cmin = min(cconc, key=lambda f: f.value[1]) if cconc else None
+    cconc = (f for f in conc if isinstance(f.value, tuple) and len(f.value) == 2)  # one at a time (issue 18, memory)
+    cmin = min(cconc, key=lambda f: f.value[1], default=None)
     tpg = b.get("tokens_per_dp_group")
     bs = b.get("block_size")
     if tpg is None and facts.blocks and isinstance(bs, int) and bs > 0:
@@ -504,8 +506,8 @@ def _kv(b: _Builder) -> None:
     put("estimated_max_len", ik.value["estimated_max_len"] if ik else None, ik)
     nam = facts.events.get("no_available_memory")
     put("no_available_memory", bool(nam), nam[0] if nam else None)
-    neg = [f for f in avail if f.value <= 0]
-    put("available_negative", bool(neg), neg[0] if neg else None)
+    neg = next((f for f in avail if f.value <= 0), None)  # the first: no list of them (issue 18, memory)
+    put("available_negative", neg is not None, neg)
     bp = _first(facts.events.get("block_pool_no_free"))
     put("kv_alloc_fail_blocks", bp.value if bp is not None else None, bp)
     pe = facts.events.get("prompt_exceeds_kv_capacity") or []

@@ -62,20 +62,49 @@ def _spread(items: list[tuple[float, Any]]) -> tuple[float, tuple[float, Any], t
     return (hi[0] - lo[0]) / lo[0] * 100.0, lo, hi
 
 
+class _Ends:
+    """The `_spread` of (value, where) items added one at a time, and their first smallest item: a group
+    of ranks keeps O(1), however many lines it has (issue 18, memory O(ranks))."""
+
+    __slots__ = ("n", "lo", "hi", "low")
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.lo: tuple[float, Any] | None = None
+        self.hi: tuple[float, Any] | None = None
+        self.low: tuple[float, Any] | None = None  # min(items, key=value): the first smallest, any sign
+
+    def add(self, x: Any, where: Any) -> None:
+        if self.low is None or x < self.low[0]:
+            self.low = (x, where)
+        if isinstance(x, (int, float)) and x > 0:
+            self.n += 1
+            if self.lo is None or x < self.lo[0]:
+                self.lo = (x, where)
+            if self.hi is None or x > self.hi[0]:
+                self.hi = (x, where)
+
+    def spread(self) -> tuple[float, tuple[float, Any], tuple[float, Any]] | None:
+        """What `_spread` gives for the items added (the first smallest and first largest positive one)."""
+        if self.n < 2 or self.lo is None or self.hi is None:
+            return None
+        return (self.hi[0] - self.lo[0]) / self.lo[0] * 100.0, self.lo, self.hi
+
+
 def provide(facts: LogFacts, analysis: dict, ctx: Mapping[str, Any], put: Callable[..., None]) -> None:
     pp = ctx.get("pp") or 1
-    groups: dict[tuple, list[tuple[float, Fact]]] = {}
+    groups: dict[tuple, _Ends] = {}
     for f in facts.available:
-        groups.setdefault((f.run, f.dp, _pp_stage(f.rank), "available"), []).append((f.value, f))
+        groups.setdefault((f.run, f.dp, _pp_stage(f.rank), "available"), _Ends()).add(f.value, f)
     for f in facts.kv_budget:
         if f.value[0] in ("v0_profile", "ascend_bytes"):
-            groups.setdefault((f.run, f.dp, _pp_stage(f.rank), f.value[0]), []).append((f.value[1], f))
+            groups.setdefault((f.run, f.dp, _pp_stage(f.rank), f.value[0]), _Ends()).add(f.value[1], f)
 
     best = None
-    for items in groups.values():
-        s = _spread(items)
+    for key, ends in groups.items():
+        s = ends.spread()
         if s is not None and (best is None or s[0] > best[0][0]):
-            best = (s, pp == 1 or all(_pp_stage(f.rank) is not None for _, f in items))
+            best = (s, pp == 1 or key[2] is not None)  # every item of a group has the group's PP stage
     if best is not None:
         (pct, lo, hi), stage_known = best
         put("rank_kv_spread_pct", pct)
@@ -88,17 +117,22 @@ def provide(facts: LogFacts, analysis: dict, ctx: Mapping[str, Any], put: Callab
         put("rank_kv_lost_tokens", (hi[0] - lo[0]) * GIB / bpt if bpt else None)
 
     dp_best = None
-    by_run: dict[int, dict[int, list[tuple[float, Fact]]]] = {}
-    for (run, dp, _stage, _kind), items in groups.items():
-        by_run.setdefault(run, {}).setdefault(dp, []).extend(items)
-    tok_run: dict[int, dict[int, list[tuple[float, Fact]]]] = {}
+    # the first smallest figure of each DP group of a run, over its groups in order (= min over their items)
+    by_run: dict[int, dict[int, tuple[float, Fact]]] = {}
+    for (run, dp, _stage, _kind), ends in groups.items():
+        per_dp = by_run.setdefault(run, {})
+        low = ends.low
+        if low is not None and (dp not in per_dp or low[0] < per_dp[dp][0]):
+            per_dp[dp] = low
+    tok_ends: dict[int, dict[int, _Ends]] = {}
     for f in facts.tokens:
-        tok_run.setdefault(f.run, {}).setdefault(f.dp, []).append((f.value, f))
+        tok_ends.setdefault(f.run, {}).setdefault(f.dp, _Ends()).add(f.value, f)
+    tok_run = {run: {dp: e.low for dp, e in per_dp.items() if e.low is not None} for run, per_dp in tok_ends.items()}
     for source, unit in ((by_run, "gib"), (tok_run, "tokens")):
-        for per_dp in source.values():
-            if len(per_dp) < 2:
+        for lows in source.values():
+            if len(lows) < 2:
                 continue
-            s = _spread([min(items, key=lambda t: t[0]) for items in per_dp.values()])
+            s = _spread(list(lows.values()))
             if s is not None and (dp_best is None or s[0] > dp_best[0][0]):
                 dp_best = (s, unit)
     if dp_best is not None:
@@ -110,12 +144,12 @@ def provide(facts: LogFacts, analysis: dict, ctx: Mapping[str, Any], put: Callab
             put(f"dp_kv_{end}_line", f.line)
 
     bpt_best = None
-    pairings: dict[int, list[tuple[float, Any]]] = {}
+    pairings: dict[int, _Ends] = {}
     for p in analysis["kv_cache"].get("bytes_per_token_by_rank") or []:
         if p.get("bytes_per_token"):
-            pairings.setdefault(p.get("run", 0), []).append((p["bytes_per_token"], p))
-    for pairs in pairings.values():
-        spread = _spread(pairs)
+            pairings.setdefault(p.get("run", 0), _Ends()).add(p["bytes_per_token"], p)
+    for ends in pairings.values():
+        spread = ends.spread()
         if spread is not None and (bpt_best is None or spread[0] > bpt_best[0]):
             bpt_best = spread
     if bpt_best is not None:

@@ -1,0 +1,302 @@
+"""Fact lists whose memory is a few tens of bytes per line, and whose line texts are capped.
+
+A long or repeated log can print the same kind of line hundreds of thousands of times: the KV figures
+(``Available KV cache memory``, ``GPU KV cache size``, ``# GPU blocks``, ``Maximum concurrency``), and the
+lines that vote for the engine or the platform, or restate a config value. The JSON contract lists every
+KV value (docs/json-output.md), so the values stay; a `FactColumn` keeps them in typed columns (value,
+line, rank, source, run, DP group: ~30 bytes a line) instead of one `Fact` with its line's text each
+(~500 bytes), and builds the `Fact` when it is read.
+
+Texts (the evidence a finding quotes) are kept only for the facts a reader can cite: the first and the
+last `KEEP` of the list, and in each (source, run, DP group, rank) group its first and last fact, its
+first smallest and first largest value, its first smallest positive one and its first one ≤ 0 (the
+figures and rules cite those of a group: ``min(facts.tokens, key=…)``, ``facts.version[0]``, ``top[-1]``,
+the ends of a spread of positive figures, the first "no KV memory" figure).
+Any other fact reads back with ``raw=None``. Kept facts are returned as the same object every time.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from kvlogdiag.extract.facts import Fact
+
+KEEP = 16  # facts kept whole at each end of a list
+
+
+class _Ints:
+    """Integers in an ``array('q')``, turned into a list on the first one that does not fit."""
+
+    __slots__ = ("data",)
+
+    def __init__(self) -> None:
+        self.data: Any = array("q")
+
+    def append(self, v: int) -> None:
+        if type(self.data) is array:
+            try:
+                self.data.append(v)
+                return
+            except (OverflowError, TypeError):
+                self.data = list(self.data)
+        self.data.append(v)
+
+    def __getitem__(self, i: int) -> int:
+        return self.data[i]
+
+
+class _Values:
+    """The values: floats or ints in an array while every value is of that exact type, else a list."""
+
+    __slots__ = ("data", "kind")
+
+    def __init__(self) -> None:
+        self.data: Any = None
+        self.kind = ""
+
+    def append(self, v: Any) -> None:
+        t = type(v)
+        if self.data is None:
+            if t is float:
+                self.data, self.kind = array("d"), "d"
+            elif t is int and -(1 << 63) <= v < (1 << 63):
+                self.data, self.kind = array("q"), "q"
+            elif t is tuple and len(v) == 2 and type(v[0]) is int and type(v[1]) is float and -(1 << 63) <= v[0] < (1 << 63):
+                self.data, self.kind = (array("q"), array("d")), "qd"  # Maximum concurrency: (tokens, x)
+            else:
+                self.data, self.kind = [], "o"
+        k = self.kind
+        if k == "d" and t is float:
+            self.data.append(v)
+        elif k == "q" and t is int and -(1 << 63) <= v < (1 << 63):
+            self.data.append(v)
+        elif k == "qd" and t is tuple and len(v) == 2 and type(v[0]) is int and type(v[1]) is float \
+                and -(1 << 63) <= v[0] < (1 << 63):
+            self.data[0].append(v[0])
+            self.data[1].append(v[1])
+        else:
+            if k != "o":
+                self.data = [self[i] for i in range(self._len())]
+                self.kind = "o"
+            self.data.append(v)
+
+    def _len(self) -> int:
+        if self.data is None:
+            return 0
+        return len(self.data[0]) if self.kind == "qd" else len(self.data)
+
+    def __getitem__(self, i: int) -> Any:
+        if self.kind == "qd":
+            return (self.data[0][i], self.data[1][i])
+        return self.data[i]
+
+
+def _number(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    return v if not isinstance(v, float) or not math.isnan(v) else None
+
+
+# The facts of a group a reader can cite, each as "does the new value x take the role" (empty: no holder yet,
+# v: the holder's value): the first, the last, the first smallest and first largest, the first smallest
+# positive (the low end of a spread: KVD018) and the first that is zero or negative (no KV memory: KVD010).
+_ROLES: tuple[Callable[[Any, bool, Any], bool], ...] = (
+    lambda x, empty, v: empty,
+    lambda x, empty, v: True,
+    lambda x, empty, v: x is not None and (empty or x < v),
+    lambda x, empty, v: x is not None and (empty or x > v),
+    lambda x, empty, v: x is not None and x > 0 and (empty or x < v),
+    lambda x, empty, v: x is not None and x <= 0 and empty,
+)
+
+
+class FactColumn(Sequence):
+    """A list of `Fact` (append, len, index, iterate) stored in columns, texts capped (module docstring).
+
+    ``key``: the number a group's smallest and largest fact are found by (None: the value itself when it is
+    a number)."""
+
+    def __init__(self, facts: Any = (), key: Callable[[Any], Any] | None = None):
+        self._key = key
+        self._values = _Values()
+        self._lines = _Ints()
+        self._runs = _Ints()
+        self._dps = _Ints()
+        self._ranks = array("I")
+        self._sources = array("I")
+        self._rank_ids: dict[str | None, int] = {}
+        self._rank_of: list[str | None] = []
+        self._source_ids: dict[str, int] = {}
+        self._source_of: list[str] = []
+        self._n = 0
+        self._kept: dict[int, Fact] = {}
+        self._pins: dict[int, int] = {}  # index → how many group roles (first/last/min/max) it holds
+        self._groups: dict[tuple, list] = {}  # (source, run, dp, rank) → [index, value] of each of _ROLES
+        self.texts_dropped = 0  # facts whose text was let go
+        for f in facts:
+            self.append(f)
+
+    # -- building --------------------------------------------------------------------------------
+
+    def _id(self, ids: dict, of: list, v: Any) -> int:
+        i = ids.get(v)
+        if i is None:
+            i = ids[v] = len(of)
+            of.append(v)
+        return i
+
+    def _pin(self, i: int) -> None:
+        self._pins[i] = self._pins.get(i, 0) + 1
+
+    def _unpin(self, i: int) -> None:
+        c = self._pins[i] - 1
+        if c:
+            self._pins[i] = c
+        else:
+            del self._pins[i]
+            self._maybe_drop(i)
+
+    def _maybe_drop(self, i: int) -> None:
+        if i < KEEP or i >= self._n - KEEP or i in self._pins:
+            return
+        if self._kept.pop(i, None) is not None:
+            self.texts_dropped += 1
+
+    def append(self, f: Fact) -> None:
+        i = self._n
+        self._values.append(f.value)
+        self._lines.append(f.line)
+        self._runs.append(f.run)
+        self._dps.append(f.dp)
+        r = self._id(self._rank_ids, self._rank_of, f.rank)
+        s = self._id(self._source_ids, self._source_of, f.source)
+        self._ranks.append(r)
+        self._sources.append(s)
+        self._n = i + 1
+        self._kept[i] = f
+        key = (s, f.run, f.dp, r)
+        g = self._groups.get(key)
+        if g is None:
+            g = self._groups[key] = [None] * (2 * len(_ROLES))
+        x = _number(self._key(f.value) if self._key is not None else f.value)
+        for k, takes in enumerate(_ROLES):
+            held = g[2 * k]
+            if takes(x, held is None, g[2 * k + 1]):
+                if held is not None:
+                    self._unpin(held)
+                g[2 * k], g[2 * k + 1] = i, x
+                self._pin(i)
+        if i - KEEP >= KEEP:
+            self._maybe_drop(i - KEEP)  # it left the last KEEP
+
+    def extend(self, facts: Any) -> None:
+        for f in facts:
+            self.append(f)
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self._n
+
+    def _fact(self, i: int) -> Fact:
+        f = self._kept.get(i)
+        if f is not None:
+            return f
+        return Fact(self._values[i], self._lines[i], self._rank_of[self._ranks[i]], None,  # type: ignore[arg-type]
+                    self._source_of[self._sources[i]], self._runs[i], self._dps[i])
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self._fact(j) for j in range(*i.indices(self._n))]
+        if i < 0:
+            i += self._n
+        if not 0 <= i < self._n:
+            raise IndexError("FactColumn index out of range")
+        return self._fact(i)
+
+    def __iter__(self) -> Iterator[Fact]:
+        for i in range(self._n):
+            yield self._fact(i)
+
+    def __add__(self, other: Any) -> list:
+        return list(self) + list(other)
+
+    def __radd__(self, other: Any) -> list:
+        return list(other) + list(self)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (FactColumn, list)):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"FactColumn({list(self)!r})"
+
+
+class FactColumns(dict):
+    """``name → FactColumn`` (``LogFacts.config`` / ``memory``): ``setdefault(k, [])`` gives a column."""
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:  # type: ignore[override]
+        got = self.get(key)
+        if got is None:
+            got = self[key] = FactColumn(default or ())
+        return got
+
+
+def tuple_second(v: Any) -> Any:
+    """The number a ``(kind, GiB, …)`` / ``(tokens, x)`` value is compared by."""
+    return v[1] if isinstance(v, tuple) and len(v) > 1 else None
+
+
+__all__ = ["KEEP", "FactColumn", "FactColumns", "RankValues", "tuple_second"]
+
+
+class RankValues(Sequence):
+    """The `result.RankValue` of each fact of a list, built when read (the analysis keeps no copy per line).
+
+    It sees the facts the list held when it was made (lists only grow: ``watch`` analyses again while
+    lines arrive, and an earlier analysis must not change)."""
+
+    def __init__(self, facts: Any):
+        self._facts = facts
+        self._n = len(facts)
+
+    def __len__(self) -> int:
+        return self._n
+
+    def _one(self, f: Fact) -> Any:
+        from kvlogdiag.result import RankValue
+
+        return RankValue(f.value, f.rank, f.line, f.dp)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self._one(self._facts[j]) for j in range(*i.indices(self._n))]
+        if i < 0:
+            i += self._n
+        if not 0 <= i < self._n:
+            raise IndexError("RankValues index out of range")
+        return self._one(self._facts[i])
+
+    def __iter__(self) -> Iterator[Any]:
+        from kvlogdiag.result import RankValue
+
+        facts = self._facts
+        for j in range(self._n):
+            f = facts[j]
+            yield RankValue(f.value, f.rank, f.line, f.dp)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (RankValues, list)):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(list(self))
