@@ -82,8 +82,11 @@ def test_watch_metrics_reads_kv_usage_and_running_from_the_real_endpoint(tmp_pat
         for t in load:
             t.join(600)
         assert not errors, errors
-        before = len([e for e in w.events() if e["event"] == "metrics"])
-        w.wait_for(lambda: len([e for e in w.events() if e["event"] == "metrics"]) > before, 120, "a scrape after the load")
+        # vLLM updates its Prometheus metrics from the engine loop, so a scrape right after the last response may not
+        # count every request yet: wait for one that does (a condition, never a time)
+        w.wait_for(lambda: [e for e in w.events() if e["event"] == "metrics"
+                            and any(((x.get("ttft") or {}).get("count") or 0) >= 16 for x in e["engines"])],
+                   300, "a scrape that counts every request's first token")
     finally:
         if server.poll() is None:
             os.killpg(server.pid, signal.SIGTERM)

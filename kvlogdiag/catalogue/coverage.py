@@ -25,6 +25,7 @@ import json
 import math
 import random
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -303,7 +304,8 @@ def _values(obj: Any, out: list) -> None:
     elif isinstance(obj, dict):
         for v in obj.values():
             _values(v, out)
-    elif isinstance(obj, (list, tuple, set)):
+    elif isinstance(obj, (list, tuple, set)) or isinstance(obj, Sequence) and not isinstance(obj, (str, bytes)):
+        # a Sequence: a fact list held in columns (extract/bounded.py FactColumn)
         for v in obj:
             _values(v, out)
     elif isinstance(obj, (str, int, float)) and not isinstance(obj, bool):

@@ -23,6 +23,7 @@ or less when the input ends (or the caller says it went quiet) first — and its
 
 from __future__ import annotations
 
+import codecs
 import io
 import re
 
@@ -36,6 +37,7 @@ from kvlogdiag.input.reader import (
     Line,
     LineStats,
     detect_hard_wrap,
+    detect_utf16,
     make_line,
 )
 
@@ -192,6 +194,7 @@ class StreamLines:
         self.splitter: LineSplitter | None = None
         self.unwrap: Unwrapper | None = None
         self._stats = LineStats()  # until the head is judged
+        self._decoder: "codecs.IncrementalDecoder | None" = None  # a UTF-16 stream, read as UTF-8 (as analyze does)
 
     @property
     def stats(self) -> LineStats:
@@ -203,6 +206,8 @@ class StreamLines:
             self.head_bytes += len(data)
             self._stats.bytes += len(data)
             return self.settle() if self.head_bytes >= CHUNK_BYTES else []
+        if self._decoder is not None:
+            data = self._decoder.decode(data).encode("utf-8")
         return self._rows(self.splitter.feed(data))  # type: ignore[union-attr]
 
     def settle(self) -> list[Line]:
@@ -210,6 +215,10 @@ class StreamLines:
         if self.head is None:
             return []
         head, self.head = b"".join(self.head), None
+        encoding = detect_utf16(head)
+        if encoding is not None:  # `reader.detect_utf16`, as analyze's reader judges it from the same head
+            self._decoder = codecs.getincrementaldecoder(encoding)("replace")
+            head = self._decoder.decode(head).encode("utf-8")
         fh = io.BufferedReader(io.BytesIO(head), CHUNK_BYTES)  # type: ignore[arg-type]
         self.wrap_width = detect_hard_wrap(fh) if head else None
         if self.wrap_width:
@@ -221,6 +230,8 @@ class StreamLines:
     def end(self) -> list[Line]:
         """End of input (or of one followed file): every line left, the last one ``unterminated``."""
         out = self.settle()
+        if self._decoder is not None:
+            out += self._rows(self.splitter.feed(self._decoder.decode(b"", final=True).encode("utf-8")))  # type: ignore[union-attr]
         out += self._rows(self.splitter.end())  # type: ignore[union-attr]
         if self.unwrap is not None:
             out += self.unwrap.end()
