@@ -174,6 +174,12 @@ _PARAM_LEAD = recache.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)+ ")
 # 0.8.x's tuple repr "('Worker failed with error %s, please check …', \"<msg>\")"
 _RELAYED = recache.compile(r"""Worker failed with error (?:'(?P<a>[^\n]*?)', please check|%s, please check[^'"]{0,80}', (?P<q>["'])(?P<b>[^\n]*)(?P=q)\))""")
 
+_WARNING_EXC = recache.compile(r"Warning$")
+# a string literal of a raise statement's message, as a traceback prints the source ("raise X(\"...\" ")
+_LITERAL = recache.compile(r'"((?:[^"\\]|\\.)*)"|\'((?:[^\'\\]|\\.)*)\'')
+_RAISE = recache.compile(r"^raise (?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*)\(\s*f?(?P<rest>[\"\'].*)$")
+_SIGNALS = {"9": "SIGKILL", "-9": "SIGKILL", "15": "SIGTERM", "-15": "SIGTERM", "6": "SIGABRT", "-6": "SIGABRT",
+            "11": "SIGSEGV", "-11": "SIGSEGV", "137": "SIGKILL", "139": "SIGSEGV", "134": "SIGABRT"}
 
 _RECORD_LOC = recache.compile(r"(?:ERROR|CRITICAL) \d\d-\d\d [\d:.,]+ \[?([\w.-]+\.py:\d+)\]")
 
@@ -189,12 +195,6 @@ def _unquote(text: str) -> str:
     if len(text) > 2 and text[0] == text[-1] and text[0] in "\"'`" and text[0] not in text[1:-1]:
         return text[1:-1].strip()
     return text
-_WARNING_EXC = recache.compile(r"Warning$")
-# a string literal of a raise statement's message, as a traceback prints the source ("raise X(\"...\" ")
-_LITERAL = recache.compile(r'"((?:[^"\\]|\\.)*)"|\'((?:[^\'\\]|\\.)*)\'')
-_RAISE = recache.compile(r"^raise (?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*)\(\s*f?(?P<rest>[\"\'].*)$")
-_SIGNALS = {"9": "SIGKILL", "-9": "SIGKILL", "15": "SIGTERM", "-15": "SIGTERM", "6": "SIGABRT", "-6": "SIGABRT",
-            "11": "SIGSEGV", "-11": "SIGSEGV", "137": "SIGKILL", "139": "SIGSEGV", "134": "SIGABRT"}
 
 
 def split_level(text: str) -> tuple[str | None, str]:
