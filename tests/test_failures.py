@@ -119,13 +119,12 @@ KNOWN_MISSES = {
     # round 15: an ERROR record that names no exception (V0's DP client handshake timeout) — any ERROR record
     # as a cause made four earlier logs wrong; errors only in prose without quotes; a Ray wait with no failure
     # shown; request time by the thread (a chat template, starlette frames); a wrapper line whose detail the
-    # line prefilter drops; Mooncake's glog "E…] RPC call failed" under its catalogued "Initialize mooncake
-    # failed."; classes read from the thread (forked CUDA as config, a wrapper's import error as config)
+    # line prefilter drops; classes read from the thread (forked CUDA as config, a wrapper's import error as config)
     "r15_03_v092_v0_data_parallel_clients_join_timeout", "r15_18_v08_aria_chat_transformers_llama_attention_classes",
     "r15_19_odysseus_vllm_import_kernels_layer_repository_revision", "r15_32_nightly_2080ti_qwen35_moe_float16_still_bf16_error",
     "r15_35_kuberay_head_vllm_waiting_placement_group_150s", "r15_05_longwriter_default_chat_template_request_time",
     "r15_20_v042_openai_server_pydantic_fieldinfo_required",
-    "r15_36_ascend_mooncake_store_master_rpc_timeout_mount_fail", "r15_16_v053_got_ocr_llm_fastapi_cuda_forked_subprocess",
+    "r15_16_v053_got_ocr_llm_fastapi_cuda_forked_subprocess",
     "r15_27_fastchat_vllm_worker_cannot_import_asyncllmengine", "r15_28_fastchat_vllm_worker_v082_v1_asyncllm_no_engine",
     "r15_10_opea_gaudi_v066_compose_make_layers_typeerror", "r15_38_v082_v0_spec_decode_qwq_r1distill_vocab_size_assert",
     # round 16: classes read from the thread or the labeler's reading of a generic exception (an AttributeError a
@@ -172,9 +171,8 @@ KNOWN_MISSES = {
     "r20_07_gpustack_v223_vllm0251_mp_multinode_tp16_zmq_address_already_in_use",
     # rounds 21-22: Ray core-worker / gRPC C++ lines the prefilter or catalogue does not know (an NCCL error 5 in a
     # 2023 Ray worker, pthread_create failing under a thread cap — Ray's own "Failed to register worker" after it
-    # was reported, wrong), Mooncake's glog "E… Failed to create client after 20 retries" under the catalogued
-    # "Initialize mooncake failed." (wrong), errors only in prose, an INFO line the labeler takes as the cause
-    # (negative "Available KV cache memory", Habana's "Generated 0 decode buckets"), request time only by the
+    # was reported, wrong), errors only in prose, an INFO line the labeler takes as the cause
+    # (Habana's "Generated 0 decode buckets"), request time only by the
     # thread (an LMCache prefiller's first request), classes read from the thread
     "r21_10_v01_ray_tp_core_worker_unhandled_nccl_error_5_invalid_usage",
     "r21_17_v063_nix_jetson_orin_engine_start_current_memory_usage_unboundlocalerror",
@@ -182,10 +180,8 @@ KNOWN_MISSES = {
     "r21_19_v05_local_ray_thread_cap_4096_grpc_pthread_create_failed",
     "r21_20_v0_mp_engine_gemma3_12b_transformers_unknown_model_type_gemma3",
     "r21_25_v070_wsl2_win10_tp2_cuda_unknown_error_before_model_load_prose",
-    "r22_01_ascend_a3_mooncake_kv_offload_real_client_failed_to_create_client_20_retries",
     "r22_04_mooncake_lmcache_pd_prefiller_first_request_num_transferred_tokens_nonetype",
     "r22_11_tenstorrent_fork_v0_mp_engine_n150_ttnn_dispatch_core_config_incompatible_args",
-    "r22_13_vllm_omni_qwen25_omni_3b_h100_available_kv_cache_memory_negative_enginecore_failed",
     "r22_14_xinference_0100_vllm033_a10_gpu_idx_4_cuda_lazy_init_device_num_gpus_assert_prose",
     "r22_16_tritonserver_2508_vllm_backend_v01011_v1_setup_metrics_asyncllm_no_engine",
     "r22_17_habana_vllm_fork_pr_mixtral_warmup_generated_0_decode_buckets_zerodivision",
@@ -837,3 +833,37 @@ def test_a_disabled_hybrid_kv_cache_manager_is_named_beside_the_kv_shortfall():
     assert r["cause_class"] == "memory" and r["numbers"]["max_model_len"] == 128000
     assert r["details"]["hybrid_kv_cache_manager_off"].startswith("line 1: Turning off hybrid kv cache manager")
     assert "(after line 1: Turning off hybrid kv cache manager because `--kv-transfer-config` is set)" in r["cause_text"]
+
+
+def test_a_native_glog_error_above_the_wrappers_failed_message_is_the_cause():
+    # vllm_ascend mooncake_backend.py: store.setup() returned non-zero → "Initialize mooncake failed."; Mooncake's
+    # C++ store logged why, in glog's format, just above
+    w = "(Worker_TP0 pid=20821) ERROR 06-02 11:31:39 [{}] "
+    lines = ["W20260602 11:31:39.195996 20821 real_client.cpp:232] Failed to create client on port 13332, retry 20/20",
+             "E20260602 11:31:39.296126 20821 real_client.cpp:239] Failed to create client after 20 retries",
+             w.format("mooncake_backend.py:66") + "Initialize mooncake failed.",
+             w.format("multiproc_executor.py:962") + "WorkerProc hit an exception."]
+    kw = [k.encode() for k in prefilter_keywords()]
+    r = run(lines, keep=kw)  # the line prefilter keeps glog records
+    assert r["failed"] and r["cause_line"] == 2 and r["cause_text"] == "Failed to create client after 20 retries"
+    assert r["cause_class"] == "connector" and r["details"]["logged_by"] == "line 3: Initialize mooncake failed. (Worker_TP0 pid=20821)"
+    # a native record far above, or a wrapper that names no failed native call, does not move the cause
+    far = run([lines[1]] + ["INFO 06-02 11:31:39 [x.py:1] loading"] * 8 + lines[2:])
+    assert far["cause_line"] == 10
+    other = run([lines[1], w.format("core.py:1") + "ValueError: max_model_len must be positive"])
+    assert other["cause_line"] == 2
+
+
+def test_a_non_positive_kv_memory_before_a_cut_engine_failure_is_the_cause():
+    p = "(EngineCore_DP0 pid=563) "
+    head = [p + "INFO 12-23 23:34:23 [gpu_worker.py:298] Available KV cache memory: -2.77 GiB",
+            p + "ERROR 12-23 23:34:23 [core.py:708] EngineCore failed to start.",
+            p + "ERROR 12-23 23:34:23 [core.py:708] Traceback (most recent call last):"]
+    r = run(head)
+    assert r["failed"] and r["cause_line"] == 1 and r["cause_class"] == "memory" and r["cause_id"] == "no_kv_memory"
+    # the figure alone (no failure shown), or a positive figure, is no cause
+    assert not run(head[:1])["failed"]
+    assert run([head[0].replace("-2.77", "2.77")] + head[1:])["cause_line"] is None
+    # a stated cause after it stays the cause
+    r2 = run(head[:1] + [p + "ERROR 12-23 23:34:23 [core.py:708] ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine."])
+    assert r2["cause_line"] == 2

@@ -48,7 +48,9 @@ EXTRA_KEYWORDS = ("ERROR", "Error", "error:", "Exception", "Traceback", "Killed"
                   # message a reporter quotes whole): 3,228 of the 3,417 harvested have no keyword above
                   "not supported", "Unsupported", "unsupported", "must be", "is not", "does not", "cannot be",
                   # torch's device probe warning (why no GPU / XPU / NPU was found)
-                  "UserWarning: ")
+                  "UserWarning: ",
+                  # a native library's glog record ("E… real_client.cpp:239] …"), the KV memory vLLM profiled
+                  ".cpp:", ".cc:", "Available KV cache memory")
 
 
 @dataclass(frozen=True)

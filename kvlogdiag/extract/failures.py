@@ -172,6 +172,21 @@ _CUT_FRAME = recache.compile(r'^[^"\s]+\.py", line \d+, in \w+$')
 _PARAM_LEAD = recache.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)+ ")
 # the worker's message inside vLLM's relay: "Worker failed with error '<msg>', please check …" (0.8.5+), and
 # 0.8.x's tuple repr "('Worker failed with error %s, please check …', \"<msg>\")"
+# a C++ record in glog's format ("E20260602 11:31:39.296126 20821 real_client.cpp:239] …": level letter, date,
+# time, thread id, file:line; glog's documented line prefix, older releases without the year): Mooncake's
+# transfer engine and store log their failures this way, and the Python wrapper only says that the call failed
+_GLOG = recache.compile(r"^(?P<level>[EFW])(?:\d{4})?\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ (?P<loc>[\w./-]+\.(?:cpp|cc|cxx|h|hpp):\d+)\] (?P<msg>\S.*)$")
+# a wrapper's message that a native call failed without saying why (vllm_ascend 0.23.0
+# distributed/kv_transfer/kv_pool/ascend_store/backend/mooncake_backend.py:155-162: `store.setup(...)` returned
+# non-zero → "Initialize mooncake failed."; kv_p2p/mooncake_layerwise_connector.py:1245 "Mooncake memory
+# registration failed."): the native library's own ERROR record just above states the cause
+_NATIVE_WRAPPER = recache.compile(r"(?i)^(?:[\w.]+: )?(?:initiali[sz]e|initiali[sz]ation of|setup|register|registration of|mount)?\s*"
+                                  r"(?:mooncake|transfer engine|nixl)\b[^\n]{0,60}?\bfailed\b")
+NATIVE_LINES = 6  # how far above the wrapper's message the native record may be
+# vLLM V1 logs the KV memory it profiled, then raises "No available memory for the cache blocks" when it is not
+# positive (0.11.2 v1/worker/gpu_worker.py:360, v1/core/kv_cache_utils.py:685-690): with the traceback cut, the
+# logged figure is the cause
+_KV_NONPOSITIVE = recache.compile(r"Available KV cache memory: (?P<gib>-\d+(?:\.\d+)?|0(?:\.0+)?) GiB")
 _RELAYED = recache.compile(r"""Worker failed with error (?:'(?P<a>[^\n]*?)', please check|%s, please check[^'"]{0,80}', (?P<q>["'])(?P<b>[^\n]*)(?P=q)\))""")
 
 _WARNING_EXC = recache.compile(r"Warning$")
@@ -290,6 +305,9 @@ class StartupTracker:
         self._relayed: _Candidate | None = None  # the worker's message as vLLM's executor relays it
         self._device_warning: tuple[int, str] | None = None  # torch's device probe warning (line, text)
         self._hma_off: tuple[int, str] | None = None  # vLLM turning the hybrid KV cache manager off (line, text)
+        self._native: tuple[int, str | None, str, str, str | None] | None = None  # a native ERROR record (line, rank, raw, message, process)
+        self._native_last = 0  # the last line of the run of native records it starts
+        self._kv_nonpositive: _Candidate | None = None  # "Available KV cache memory: -2.77 GiB"
         self._weak: _Candidate | None = None  # a catalogued cause vLLM logged at WARNING (it waits, then fails)
         self._warning_tail = 0  # the line that continues a Python warning ("x.py:7: RuntimeWarning: …:")
         self._error_line: _Candidate | None = None  # vLLM's first ERROR record that states no exception (last resort)
@@ -322,6 +340,16 @@ class StartupTracker:
             elif "Uvicorn running on" in text or "Avg prompt throughput" in text or m is None and "ERROR" not in text:
                 self.served_line, self.lifespan_line = self.lifespan_line, 0
             return
+        if text[1:2].isdigit() and text[:1] in "EFW" and (gm := _GLOG.match(text)):
+            if gm.group("level") != "W" and (self._native is None or line.number > self._native_last + NATIVE_LINES):
+                self._native = (line.number, line.rank, line.raw, gm.group("msg").strip(), process_of(line))
+            if self._native is not None:
+                self._native_last = line.number
+        if self._kv_nonpositive is None and "Available KV cache memory: " in text and (km := _KV_NONPOSITIVE.search(text)):
+            self._kv_nonpositive = self._candidate(line, process_of(line), km.group(0), self.cat.match(
+                "No available memory for the cache blocks"), None, None,
+                {"inferred": "vLLM raises 'No available memory for the cache blocks' when the KV memory it profiled "
+                             "is not positive; the excerpt ends before that error"}, None)
         if self._device_warning is None and "Warning: " in text and (dw := _TORCH_DEVICE_WARNING.search(line.raw)):
             self._device_warning = (line.number, dw.group("w").strip())
         if self._hma_off is None and ("ybrid kv cache manager" in text or "ybrid KV cache manager" in text) \
@@ -690,6 +718,8 @@ class StartupTracker:
                 c = self._bare
             if c is None and shown and self._error_line is not None:
                 c = self._error_line
+            if c is None and shown and self._kv_nonpositive is not None:
+                c = self._kv_nonpositive
         failed = c is not None or ((bool(self.echoes) or bool(self.deaths) or bool(open_tb)) and not self.runtime_line)
         out: dict[str, Any] = {
             "failed": failed, "cause_id": None, "cause_class": None, "cause_line": None, "cause_text": None,
@@ -741,6 +771,13 @@ class StartupTracker:
                            fix=("Correct the setting the message names." if cls == "config"
                                 else "Not a catalogued start-up failure: read the exception at the cause line "
                                      "and the traceback above it."))
+            nv = self._native
+            if nv is not None and nv[0] < c.line and 0 < c.line - self._native_last <= NATIVE_LINES \
+                    and out["cause_class"] in ("connector", "comm") and _NATIVE_WRAPPER.search(c.text):
+                # the wrapper's "… failed." is an echo of the native library's record above it
+                out["details"] = {**out["details"], "logged_by": f"line {c.line}: {c.text[:200]}"
+                                  + (f" ({c.process})" if c.process and c.process != nv[4] else "")}
+                out.update(cause_line=nv[0], cause_rank=nv[1], cause_raw=nv[2], cause_text=nv[3], process=nv[4])
             hw = self._hma_off
             if hw is not None and out["cause_class"] == "memory" and hw[0] < c.line:
                 # more KV per token than the model needs: the KV figures of the error are those of full attention
