@@ -50,7 +50,12 @@ EXTRA_KEYWORDS = ("ERROR", "Error", "error:", "Exception", "Traceback", "Killed"
                   # torch's device probe warning (why no GPU / XPU / NPU was found)
                   "UserWarning: ",
                   # a native library's glog record ("E… real_client.cpp:239] …"), the KV memory vLLM profiled
-                  ".cpp:", ".cc:", "Available KV cache memory")
+                  ".cpp:", ".cc:", "Available KV cache memory",
+                  # Python's ModuleNotFoundError text printed without its name, and Python warnings (whose
+                  # message, on the next line, is no error of its own)
+                  "No module named '", "Warning: ",
+                  # JAX / XLA status lines; vLLM resolving no platform
+                  "RESOURCE_EXHAUSTED: ", "UnspecifiedPlatform")
 
 
 @dataclass(frozen=True)

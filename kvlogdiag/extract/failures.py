@@ -52,6 +52,10 @@ _VALIDATION = recache.compile(r"(?<!\d)(?P<count>\d+) validation errors? for (?P
 _PYDANTIC_ITEM = recache.compile(r"^(?:Value error, (?P<value_error>.*)|(?P<item>.*\[type=[\w.]+.*))$")
 _PID = recache.compile(r"\((?P<name>[^()]*?) pid=(?P<pid>\d+)")
 _STARTED = ("Application startup complete", "Uvicorn running on")
+# a request reached the engine: the server was up (vllm/entrypoints/logger.py:38 "Received request %s: prompt: %r, …"
+# in 0.6.6.post1, entrypoints/serve/utils/request_logger.py:66 in 0.32.0; engine/async_llm_engine.py:211 and
+# v1/engine/async_llm.py:173 "Added request %s."), logged at INFO by vLLM's own record head
+_REQUEST_SEEN = recache.compile(r"\bINFO\b[^\n]{0,80}?\] (?:Received request \S+: (?:prompt|params)|Added request \S+\.$)")
 _FRAME = recache.compile(r'^File "[^"]*", line \d+')
 # frames only a running server executes: a traceback through them is a runtime crash, not a failed start
 # (execute_model is not one of them: V0 profiles the KV cache with it during start-up)
@@ -135,7 +139,7 @@ _SERVING_HEAD = recache.compile(r"(?:ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:
 # ANSI colours and CR written out as text by log exporters (CloudWatch / syslog `#033[..m`, `#015`; `^[[..m`)
 _LITERAL_ESC = recache.compile(r"#033\[[0-9;]*[A-Za-z]|\^\[\[[0-9;]*[A-Za-z]|#015$")
 # a short lead before a pasted exception line ("报错：", "Error: ")
-_LEAD = recache.compile(r"^(?:[^\s:：]{1,12}[:：]\s*|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z?\s+|[\]\)>|]+\s+)"
+_LEAD = recache.compile(r"^(?:[^\s:：]{1,12}[:：]\s*|\d{1,2}[.)]\s+|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z?\s+|[\]\)>|]+\s+)"
                         r"(?=(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)\b)")
 # NCCL's wrapper errors that state a CUDA / system failure on the lines after them ("Last error: ...")
 _WRAPPER = recache.compile(r"unhandled cuda error|ncclUnhandledCudaError|unhandled system error|ncclSystemError")
@@ -146,6 +150,12 @@ _MD_CLOSE = recache.compile(r"(?<=\S)[*_`]{1,3}$")
 _TICKED_EXC = recache.compile(r"`[^`]*?(?P<exc_text>(?<![\w.])(?P<name>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception))"
                               r"(?:: [^`]{8,}|\((?P<q>[\"'])[^`]{8,}(?P=q)\)))`")
 _DQUOTED_EXC = recache.compile(r'"(?P<exc_text>(?P<name>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): [^"]{8,})"')
+# a native runtime's own error line, named by its acronym ("MLX error: Failed to load the default metallib. …",
+# "HIP error: …"): the way C++ runtimes (MLX's mlx::core, CUDA/HIP checks, XLA) word an error without a Python name
+# an absl / XLA status ("RESOURCE_EXHAUSTED: Error loading program 'jit__multi_slice': …"): JAX and TPU runtimes' errors
+_STATUS = recache.compile(r"^(?P<code>RESOURCE_EXHAUSTED|INTERNAL|INVALID_ARGUMENT|FAILED_PRECONDITION|UNIMPLEMENTED|UNAVAILABLE|"
+                          r"DEADLINE_EXCEEDED|NOT_FOUND|ALREADY_EXISTS|PERMISSION_DENIED|OUT_OF_RANGE|DATA_LOSS|ABORTED): (?P<msg>\S[^\n]{7,})$")
+_LIB_ERROR = recache.compile(r"^(?P<name>(?!(?:ERROR|FATAL|WARN|WARNING|INFO|DEBUG|CRITICAL)\b)[A-Z][A-Z0-9]{1,9}) error: (?P<msg>\S[^\n]{7,})$")
 # Python's own AttributeError text, logged at ERROR as str(e) without the exception's name (V0 engine.py)
 _ATTR_MSG = recache.compile(r"^'[\w.]+' object has no attribute '\w+'$")
 # vLLM's CLI flags named in a message (`--enable-auto-tool-choice and --enable-reasoning cannot be …`)
@@ -176,22 +186,42 @@ _PARAM_LEAD = recache.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)+ ")
 # time, thread id, file:line; glog's documented line prefix, older releases without the year): Mooncake's
 # transfer engine and store log their failures this way, and the Python wrapper only says that the call failed
 _GLOG = recache.compile(r"^(?P<level>[EFW])(?:\d{4})?\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ (?P<loc>[\w./-]+\.(?:cpp|cc|cxx|h|hpp):\d+)\] (?P<msg>\S.*)$")
+# a collective library's own record, tag and file:line in brackets (Kunlun's "[XCCL][util.cpp:346] dev 0 addr_window
+# not properly set"): no level, so it counts only above a wrapper that reports a native failure
+_TAGGED_NATIVE = recache.compile(r"^\[(?P<tag>[A-Z][A-Z0-9_]{1,15})\]\[(?P<loc>[\w./-]+\.(?:cpp|cc|cxx|c|h|hpp):\d+)\] (?P<msg>\S.*)$")
 # a wrapper's message that a native call failed without saying why (vllm_ascend 0.23.0
 # distributed/kv_transfer/kv_pool/ascend_store/backend/mooncake_backend.py:155-162: `store.setup(...)` returned
 # non-zero → "Initialize mooncake failed."; kv_p2p/mooncake_layerwise_connector.py:1245 "Mooncake memory
 # registration failed."): the native library's own ERROR record just above states the cause
 _NATIVE_WRAPPER = recache.compile(r"(?i)^(?:[\w.]+: )?(?:initiali[sz]e|initiali[sz]ation of|setup|register|registration of|mount)?\s*"
                                   r"(?:mooncake|transfer engine|nixl)\b[^\n]{0,60}?\bfailed\b")
+# an exception that only carries a native status code and the C++ location that raised it (torch_xmlir's
+# "ValueError: [INVALID PARAMETER]: error code= 1(at …/XCCLUtils.hpp:53)", c10's "(at …/NCCLUtils.hpp:121)")
+_NATIVE_CODE = recache.compile(r"\berror ?code ?= ?-?\d+|\(at [^()\n]{0,200}\.(?:cpp|hpp|cc|h):\d+\)")
 NATIVE_LINES = 6  # how far above the wrapper's message the native record may be
 # vLLM V1 logs the KV memory it profiled, then raises "No available memory for the cache blocks" when it is not
 # positive (0.11.2 v1/worker/gpu_worker.py:360, v1/core/kv_cache_utils.py:685-690): with the traceback cut, the
 # logged figure is the cause
 _KV_NONPOSITIVE = recache.compile(r"Available KV cache memory: (?P<gib>-\d+(?:\.\d+)?|0(?:\.0+)?) GiB")
-_RELAYED = recache.compile(r"""Worker failed with error (?:'(?P<a>[^\n]*?)', please check|%s, please check[^'"]{0,80}', (?P<q>["'])(?P<b>[^\n]*)(?P=q)\))""")
+_RELAYED = recache.compile(r"""Worker failed with error (?:'(?P<a>[^\n]*?)', please check|'(?P<c>[^'\n]{8,400})'(?=`|\s*$)|%s, please check[^'"]{0,80}', (?P<q>["'])(?P<b>[^\n]*)(?P=q)\))""")
 
 _WARNING_EXC = recache.compile(r"Warning$")
 # a string literal of a raise statement's message, as a traceback prints the source ("raise X(\"...\" ")
 _LITERAL = recache.compile(r'"((?:[^"\\]|\\.)*)"|\'((?:[^\'\\]|\\.)*)\'')
+_PLACEHOLDER = recache.compile(r"\{[A-Za-z_][\w.]*(?:\[[^\]]*\])?(?:![rsa])?(?::[^{}]*)?\}")
+# torch's C10 log records ("[W ProcessGroupGloo.cpp:721] …", "[E1002 10:00:00.123 ProcessGroupNCCL.cpp:616] …"): a level
+# letter, an optional glog-style date, file:line
+_C10 = recache.compile(r"^\[(?P<l>[WEIF])(?:\d{4} \d\d:\d\d:\d\d\.\d+(?: \d+)?)? ?[\w./-]+\.(?:cpp|cc|h|hpp):\d+\] ")
+_C10_LEVEL = {"W": "WARNING", "E": "ERROR", "I": "INFO", "F": "CRITICAL"}
+# an error a reporter names inside a sentence with its quoted message ("fails with KeyError: 'layers.X.w2_weight' during
+# weight loading")
+_PROSE_EXC = recache.compile(r"(?<![\w.`'\"])(?P<exc_text>(?P<name>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): (?P<q>['\"])[^'\"\n]{2,200}(?P=q)"
+                             # the quoted literal is the whole message: the sentence goes on with a clause, or ends
+                             r"(?=\s*$|[,;:.)]| (?:in|of|for|from|at|during|when|while|on|after|before|and|but|with)\b)"
+                             # and the rest of its clause ("… in transformers.CONFIG_MAPPING at vLLM worker startup")
+                             r"(?: (?:in|of|for|from|at) [^,;\n]{1,160}?(?=[,;]|\.(?:\s|$)|$))?)")
+# Python's ModuleNotFoundError text printed without its name (Ray printing a worker's deserialization error)
+_NO_MODULE = recache.compile(r"^No module named '[\w.]+'$")
 _RAISE = recache.compile(r"^raise (?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*)\(\s*f?(?P<rest>[\"\'].*)$")
 _SIGNALS = {"9": "SIGKILL", "-9": "SIGKILL", "15": "SIGTERM", "-15": "SIGTERM", "6": "SIGABRT", "-6": "SIGABRT",
             "11": "SIGSEGV", "-11": "SIGSEGV", "137": "SIGKILL", "139": "SIGSEGV", "134": "SIGABRT"}
@@ -340,11 +370,19 @@ class StartupTracker:
             elif "Uvicorn running on" in text or "Avg prompt throughput" in text or m is None and "ERROR" not in text:
                 self.served_line, self.lifespan_line = self.lifespan_line, 0
             return
-        if text[1:2].isdigit() and text[:1] in "EFW" and (gm := _GLOG.match(text)):
-            if gm.group("level") != "W" and (self._native is None or line.number > self._native_last + NATIVE_LINES):
+        gm = None
+        if text[1:2].isdigit() and text[:1] in "EFW":
+            gm = _GLOG.match(text)
+        elif text[:1] == "[" and "][" in text[:20]:
+            gm = _TAGGED_NATIVE.match(text)
+        if gm is not None:
+            if gm.groupdict().get("level") != "W" and (self._native is None or line.number > self._native_last + NATIVE_LINES):
                 self._native = (line.number, line.rank, line.raw, gm.group("msg").strip(), process_of(line))
             if self._native is not None:
                 self._native_last = line.number
+        if self._kv_nonpositive is None and "UnspecifiedPlatform" in text and (up := self.cat.match(text)) is not None:
+            # logged at INFO (0.8) or DEBUG: every device call then raises; the cause when the start is seen failing
+            self._kv_nonpositive = self._candidate(line, process_of(line), split_level(text)[1].strip(), up, None, None, {}, None)
         if self._kv_nonpositive is None and "Available KV cache memory: " in text and (km := _KV_NONPOSITIVE.search(text)):
             self._kv_nonpositive = self._candidate(line, process_of(line), km.group(0), self.cat.match(
                 "No available memory for the cache blocks"), None, None,
@@ -355,7 +393,8 @@ class StartupTracker:
         if self._hma_off is None and ("ybrid kv cache manager" in text or "ybrid KV cache manager" in text) \
                 and (hm := _HMA_OFF.search(text)):
             self._hma_off = (line.number, hm.group(0).rstrip(". "))
-        if any(s in text for s in _STARTED) or "Avg prompt throughput" in text:
+        if any(s in text for s in _STARTED) or "Avg prompt throughput" in text \
+                or "d request " in text and _REQUEST_SEEN.search(text, 0, 400):
             if not self.echoes and not self.deaths:
                 # an exception before this line did not stop the start (e.g. a WARNING traceback)
                 self.cause = None
@@ -379,6 +418,8 @@ class StartupTracker:
             if tm := _TORCH_RANK.match(body.lstrip()):
                 body = body.lstrip()[tm.end():]
                 body = body[1:] if body[:1] == " " else body
+        if level is None and body[:1] == "[" and (cm := _C10.match(body)):
+            level, body = _C10_LEVEL[cm.group("l")], body[cm.end():]
         body_s = body.strip()
         if body_s[:1] in ("*", "_", "`") and _MD_OPEN.match(body_s):
             body_s = _MD_CLOSE.sub("", _MD_OPEN.sub("", body_s))
@@ -518,7 +559,7 @@ class StartupTracker:
             if rm and self._relayed is None:
                 # vLLM's executor relays the failing worker's exception text ("Worker failed with error '<msg>'";
                 # 0.8.x printed it as a tuple): that text, when the worker's own traceback is not in the excerpt
-                msg = (rm.group("a") or rm.group("b") or "").strip()
+                msg = (rm.group("a") or rm.group("b") or rm.group("c") or "").strip()
                 if len(msg) >= 8:
                     self._relayed = self._candidate(line, proc, msg, self.cat.match(msg), None, "unknown",
                                                     {"relayed_by": body_s[:200]}, None)
@@ -561,6 +602,21 @@ class StartupTracker:
             inner = tm.group("exc_text")
             self._bare = self._candidate(line, proc, inner, self.cat.match(inner), tm.group("name"), "unknown",
                                          {"quoted_in_prose": "yes"}, None)
+        elif em is None and self._bare is None and not code_line and level in (None, "ERROR") and death is None \
+                and body_s[:17] == "No module named '" and _NO_MODULE.match(body_s):
+            self._bare = self._candidate(line, proc, body_s, self.cat.match(body_s), "ModuleNotFoundError", "unknown", {}, None)
+        elif em is None and self._bare is None and not code_line and level is None and not prefixed \
+                and ("Error: " in body_s or "Exception: " in body_s) and (pm2 := _PROSE_EXC.search(body_s)):
+            inner = pm2.group("exc_text")
+            self._bare = self._candidate(line, proc, inner, self.cat.match(inner), pm2.group("name"), "unknown",
+                                         {"quoted_in_prose": "yes"}, None)
+        elif em is None and self._bare is None and not code_line and level in (None, "ERROR") and death is None \
+                and body_s[:1].isupper() and "_" in body_s[:20] and (sm := _STATUS.match(body_s)):
+            self._bare = self._candidate(line, proc, body_s, self.cat.match(body_s), sm.group("code"), "unknown", {}, None)
+        elif em is None and self._bare is None and not code_line and level in (None, "ERROR") and death is None \
+                and " error: " in body_s[:16] and (lm := _LIB_ERROR.match(body_s)):
+            # the cause only if the log states nothing better (a runtime's line printed beside vLLM's failure)
+            self._bare = self._candidate(line, proc, body_s, None, f"{lm.group('name')} error", "unknown", {}, None)
         elif em is None and self._bare is None and not code_line and level in (None, "ERROR") \
                 and 24 <= len(unq := _unquote(body_s)) <= 600 and death is None \
                 and (unq[:1].isupper() or _PARAM_LEAD.match(unq)) and harvested_source(unq) is not None:
@@ -626,6 +682,8 @@ class StartupTracker:
                 while rest and rest[0][1].lstrip("f").startswith(("'", '"')):
                     pieces.extend(a or b for a, b in _LITERAL.findall(rest.pop(0)[1]))
                 msg = "".join(pieces).strip()
+                if _PLACEHOLDER.search(msg) and ('(f"' in text or "(f'" in text):
+                    return None  # an f-string's template ("NCCL error: {error_str}"), not the message raised
                 # after the literal at most the line the paste is cut in, never a deeper frame
                 m = self.cat.match(msg) if msg and len(rest) <= 1 and not any(_FRAME.match(t) for _, t in rest) else None
                 if m is None:
@@ -712,7 +770,8 @@ class StartupTracker:
             if w is not None and (c is None and shown or c is not None and w.line < c.line and c.match is not None
                                   and w.match is not None and w.match.entry.cls == c.match.entry.cls):
                 c = w  # the same failure, first stated as vLLM's warning
-            if c is None and self._relayed is not None:
+            if self._relayed is not None and (c is None or self._relayed.line < c.line and c.match is None):
+                # the worker's message, relayed before anything else states a cause, is the first cause
                 c = self._relayed
             if c is None and self._bare is not None:
                 c = self._bare
@@ -773,7 +832,8 @@ class StartupTracker:
                                      "and the traceback above it."))
             nv = self._native
             if nv is not None and nv[0] < c.line and 0 < c.line - self._native_last <= NATIVE_LINES \
-                    and out["cause_class"] in ("connector", "comm") and _NATIVE_WRAPPER.search(c.text):
+                    and out["cause_class"] in ("connector", "comm") \
+                    and (_NATIVE_WRAPPER.search(c.text) or _NATIVE_CODE.search(c.text)):
                 # the wrapper's "… failed." is an echo of the native library's record above it
                 out["details"] = {**out["details"], "logged_by": f"line {c.line}: {c.text[:200]}"
                                   + (f" ({c.process})" if c.process and c.process != nv[4] else "")}
