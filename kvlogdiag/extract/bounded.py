@@ -201,6 +201,20 @@ class FactColumn(Sequence):
     def __len__(self) -> int:
         return self._n
 
+    # one field of fact ``i`` (0 <= i < len) without building the `Fact` (derive's passes over many KV lines)
+    def value_at(self, i: int) -> Any:
+        return self._values[i]
+
+    def line_at(self, i: int) -> int:
+        return self._lines[i]
+
+    def rank_at(self, i: int) -> str | None:
+        return self._rank_of[self._ranks[i]]
+
+    def group_at(self, i: int) -> tuple[int, int]:
+        """(run, DP group)."""
+        return self._runs[i], self._dps[i]
+
     def _fact(self, i: int) -> Fact:
         f = self._kept.get(i)
         if f is not None:

@@ -14,6 +14,7 @@ import re
 from typing import Any, Iterable
 
 from kvlogdiag import __version__
+from kvlogdiag.derive.pairings import is_view
 from kvlogdiag.result import Analysis, Finding, Severity
 
 
@@ -30,7 +31,7 @@ def clean_json(obj: Any) -> Any:
         return obj if math.isfinite(obj) else None
     if isinstance(obj, dict):
         return {str(k): clean_json(v) for k, v in obj.items() if not str(k).startswith("_")}
-    if isinstance(obj, (list, tuple, set)):
+    if isinstance(obj, (list, tuple, set)) or is_view(obj):  # a view: the KV lists of derive/pairings.py
         return [clean_json(v) for v in obj]
     if obj is None or isinstance(obj, (str, int, bool)):
         return obj
