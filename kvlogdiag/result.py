@@ -167,10 +167,17 @@ class KVCache:
     @property
     def max_concurrency_by_length(self) -> dict[int, tuple[float, float, int]]:
         """tokens per request → (lowest, highest, number of lines)."""
-        out: dict[int, list[float]] = {}
-        for mc in self.max_concurrency:
-            out.setdefault(mc["tokens_per_request"], []).append(mc["concurrency"])
-        return {k: (min(v), max(v), len(v)) for k, v in out.items()}
+        out: dict[int, list] = {}
+        for mc in self.max_concurrency:  # running figures: no list of every line (issue 18, memory)
+            x = mc["concurrency"]
+            e = out.get(mc["tokens_per_request"])
+            if e is None:
+                out[mc["tokens_per_request"]] = [x, x, 1]
+            else:
+                e[0] = x if x < e[0] else e[0]
+                e[1] = x if x > e[1] else e[1]
+                e[2] += 1
+        return {k: (lo, hi, n) for k, (lo, hi, n) in out.items()}
 
     def to_json(self, lazy: bool = False) -> dict[str, Any]:
         """The ``kv_cache`` object; ``lazy``: its lists as read-only views whose entries are built when read

@@ -233,6 +233,18 @@ def worker_order(rank: str | None) -> tuple[int, int] | None:
     return None
 
 
+def _sorted_positions(idx: array, key: Any) -> Any:
+    """``sorted(idx, key=key)`` (stable), without a copy when ``idx`` is in that order already (a long log
+    repeating one figure: a list of every position would cost ~40 bytes each)."""
+    prev = None
+    for i in idx:
+        k = key(i)
+        if prev is not None and k < prev:
+            return sorted(idx, key=key)
+        prev = k
+    return idx
+
+
 def pair_bytes_per_token(facts: LogFacts, block_size: int | None) -> tuple[Pairings, list[str]]:
     """Pair memory figures with token counts per (run, DP group).
 
@@ -300,8 +312,8 @@ def pair_bytes_per_token(facts: LogFacts, block_size: int | None) -> tuple[Pairi
                 ms = [i for _, i in sorted(zip(keys, idx), key=lambda kv: kv[0])]
                 matched = zip(ms, tok_idx)
             else:  # the smallest memory with the smallest count (stable sorts of the positions, by value)
-                ms = sorted(idx, key=gib_of)
-                ts = sorted(tok_idx, key=token_value)
+                ms = _sorted_positions(idx, gib_of)
+                ts = _sorted_positions(tok_idx, token_value)
                 matched = zip(ms, ts)
         if matched is None:
             smallest = min(idx, key=gib_of)

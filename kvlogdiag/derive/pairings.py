@@ -21,11 +21,10 @@ from __future__ import annotations
 
 import bisect
 import math
-from array import array
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from kvlogdiag.extract.bounded import _Ints, _Values
+from kvlogdiag.extract.bounded import Blocks, _Ints, _Values
 
 __all__ = ["ChainView", "Pairings", "RankFiguresView", "ValueView", "group_at", "is_view", "line_at", "rank_at",
            "value_at"]
@@ -163,10 +162,10 @@ class Pairings(_View):
     def __init__(self) -> None:
         self._gib = _Values()
         self._tokens = _Values()
-        self._bpt = array("d")
+        self._bpt = Blocks("d")
         self._mline = _Ints()
         self._tline = _Ints()
-        self._rank = array("I")
+        self._rank = Blocks("I")
         self._rank_ids: dict[str | None, int] = {}
         self._rank_of: list[str | None] = []
         self._starts: list[int] = []  # first pairing of each stretch of one (dp, run, memory source)
@@ -198,7 +197,7 @@ class Pairings(_View):
 
     def clear_bytes_per_token(self) -> None:
         """Every pairing's bytes per token becomes None (the log cannot support the figure)."""
-        self._bpt = array("d", [_NONE]) * self._n
+        self._bpt = Blocks("d", (_NONE for _ in range(self._n)))
         self._bpt_known = 0
 
     def bytes_per_token(self, i: int) -> float | None:
