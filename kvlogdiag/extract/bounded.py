@@ -124,13 +124,15 @@ class _Ints:
 
 
 class _Values:
-    """The values: floats or ints in an array while every value is of that exact type, else a list."""
+    """The values: floats or ints in an array while every value is of that exact type, strings (an engine or
+    platform vote: a few distinct ones) as 4-byte ids into a table, else a list."""
 
-    __slots__ = ("data", "kind")
+    __slots__ = ("data", "kind", "ids")
 
     def __init__(self) -> None:
         self.data: Any = None
         self.kind = ""
+        self.ids: dict[str, int] = {}
 
     def append(self, v: Any) -> None:
         t = type(v)
@@ -141,6 +143,8 @@ class _Values:
                 self.data, self.kind = Blocks("q"), "q"
             elif t is tuple and len(v) == 2 and type(v[0]) is int and type(v[1]) is float and -(1 << 63) <= v[0] < (1 << 63):
                 self.data, self.kind = (Blocks("q"), Blocks("d")), "qd"  # Maximum concurrency: (tokens, x)
+            elif t is str:
+                self.data, self.kind = (Blocks("I"), []), "s"
             else:
                 self.data, self.kind = [], "o"
         k = self.kind
@@ -152,20 +156,29 @@ class _Values:
                 and -(1 << 63) <= v[0] < (1 << 63):
             self.data[0].append(v[0])
             self.data[1].append(v[1])
+        elif k == "s" and t is str and (v in self.ids or len(self.ids) < 4096):
+            i = self.ids.get(v)
+            if i is None:
+                i = self.ids[v] = len(self.data[1])
+                self.data[1].append(v)
+            self.data[0].append(i)
         else:
             if k != "o":
                 self.data = [self[i] for i in range(self._len())]
                 self.kind = "o"
+                self.ids = {}
             self.data.append(v)
 
     def _len(self) -> int:
         if self.data is None:
             return 0
-        return len(self.data[0]) if self.kind == "qd" else len(self.data)
+        return len(self.data[0]) if self.kind in ("qd", "s") else len(self.data)
 
     def __getitem__(self, i: int) -> Any:
         if self.kind == "qd":
             return (self.data[0][i], self.data[1][i])
+        if self.kind == "s":
+            return self.data[1][self.data[0][i]]
         return self.data[i]
 
 
