@@ -13,7 +13,9 @@ added line under a bound:
 
 The peak of an analysis of many KV lines still grows by the contract's lists (every value, one
 ``bytes_per_token_by_rank`` entry per pairing) and derive's passes over them: docs/reliability.md gives
-those numbers. Before/after figures are in the comments of the bounds.
+those numbers. Before/after figures are in the comments of the bounds. Session 6 added text mode on
+a log of KV pairs (``test_text_mode_keeps_a_few_tens_of_bytes_per_kv_line``): the pairings in columns,
+the contract's lists as views, the summary capped (kvlogdiag/derive/pairings.py, render/caps.py).
 """
 
 from __future__ import annotations
