@@ -602,6 +602,10 @@ def main() -> int:
     section_dask(rows, arch)
     print("start-up ...", flush=True)
     base_cpu = section_startup(rows, notes, small)
+    print("KV lines ...", flush=True)
+    import kv_lines  # issue 18: memory of a log that repeats its KV lines (bench/kv_lines.py)
+
+    kv_lines.section_kv_lines(rows, quick=args.quick)
     files = [(arch_small["files"], small_scan)] + ([(arch["files"], scan_res[2])] if 2 in scan_res else [])
     extra = growth(scaling, shape_res, files, base_cpu)
 

@@ -15,9 +15,9 @@ import errno
 import os
 import stat
 import tempfile
-from typing import Callable
+from typing import Callable, Iterable
 
-__all__ = ["process_umask", "read_regular", "replace_atomically", "write_atomic"]
+__all__ = ["process_umask", "read_regular", "replace_atomically", "write_atomic", "write_atomic_pieces"]
 
 
 def read_regular(path: str, limit: int) -> bytes:
@@ -107,6 +107,20 @@ def write_atomic(path: str, text: str) -> None:
     def write(fd: int, tmp: str) -> None:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    replace_atomically(path, ".tmp", write)
+
+
+def write_atomic_pieces(path: str, pieces: Iterable[str]) -> None:
+    """`write_atomic` of the text the pieces make, written as they come (a long JSON document is never
+    held whole)."""
+
+    def write(fd: int, tmp: str) -> None:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            for piece in pieces:
+                fh.write(piece)
             fh.flush()
             os.fsync(fh.fileno())
 

@@ -11,6 +11,7 @@ from typing import Any, BinaryIO
 
 from kvlogdiag.catalogue.patterns import prefilter_regex
 from kvlogdiag.derive.figures import derive
+from kvlogdiag.derive.pairings import RankFiguresView
 from kvlogdiag.extract.bounded import RankValues
 from kvlogdiag.extract.commands import PREFILTER_KEYWORDS as COMMAND_KEYWORDS
 from kvlogdiag.extract.extractor import Extractor
@@ -40,7 +41,6 @@ from kvlogdiag.result import (
     InputAnalysis,
     KVCache,
     LogLine,
-    RankFigures,
     RankValue,
     RunInfo,
     VllmInfo,
@@ -341,8 +341,7 @@ def _is_scrape(fh: BinaryIO, source: str) -> bool:
 def build_analysis(facts: LogFacts, d: dict[str, Any], findings: list[dict]) -> Analysis:
     """The typed `Analysis` of one run from its derived figures and findings."""
     kv = d["kv_cache"]
-    ranks = [RankFigures(r["rank"], r["available_gib"], r["tokens"], r["bytes_per_token"], r["dp_group"], facts.run_index,
-                         r["memory_source"], r["memory_line"], r["tokens_line"]) for r in kv["bytes_per_token_by_rank"]]
+    ranks: Any = RankFiguresView(kv["bytes_per_token_by_rank"], facts.run_index)  # built when read (derive/pairings.py)
     known = {"source", "lines_read", "vllm", "config", "kv_cache", "errors", "runtime", "runs", "memory",
              "kv_transfer", "provenance", "findings", "_chosen", "startup"}
     return Analysis(

@@ -167,17 +167,38 @@ class KVCache:
     @property
     def max_concurrency_by_length(self) -> dict[int, tuple[float, float, int]]:
         """tokens per request → (lowest, highest, number of lines)."""
-        out: dict[int, list[float]] = {}
-        for mc in self.max_concurrency:
-            out.setdefault(mc["tokens_per_request"], []).append(mc["concurrency"])
-        return {k: (min(v), max(v), len(v)) for k, v in out.items()}
+        out: dict[int, list] = {}
+        for mc in self.max_concurrency:  # running figures: no list of every line (issue 18, memory)
+            x = mc["concurrency"]
+            e = out.get(mc["tokens_per_request"])
+            if e is None:
+                out[mc["tokens_per_request"]] = [x, x, 1]
+            else:
+                e[0] = x if x < e[0] else e[0]
+                e[1] = x if x > e[1] else e[1]
+                e[2] += 1
+        return {k: (lo, hi, n) for k, (lo, hi, n) in out.items()}
 
-    def to_json(self) -> dict[str, Any]:
-        return {"available_gib": list(self.available_gib), "kv_budget": list(self.kv_budget),
-                "tokens": list(self.tokens), "gpu_blocks": list(self.gpu_blocks),
-                "max_concurrency": list(self.max_concurrency), "bytes_per_token": self.bytes_per_token,
+    def to_json(self, lazy: bool = False) -> dict[str, Any]:
+        """The ``kv_cache`` object; ``lazy``: its lists as read-only views whose entries are built when read
+        (`kvlogdiag.derive.pairings`; the streamed JSON writes them in chunks), else as lists."""
+        if lazy:
+            ranks = self.ranks
+            entries = getattr(ranks, "json_entries", None)
+            lists: dict[str, Any] = {"available_gib": self.available_gib, "kv_budget": self.kv_budget,
+                                     "tokens": self.tokens, "gpu_blocks": self.gpu_blocks,
+                                     "max_concurrency": self.max_concurrency,
+                                     "bytes_per_token_by_rank": entries() if entries else [r.to_json() for r in ranks]}
+        else:
+            lists = {"available_gib": list(self.available_gib), "kv_budget": list(self.kv_budget),
+                     "tokens": list(self.tokens), "gpu_blocks": list(self.gpu_blocks),
+                     "max_concurrency": list(self.max_concurrency),
+                     "bytes_per_token_by_rank": [r.to_json() for r in self.ranks]}
+        return {"available_gib": lists["available_gib"], "kv_budget": lists["kv_budget"],
+                "tokens": lists["tokens"], "gpu_blocks": lists["gpu_blocks"],
+                "max_concurrency": lists["max_concurrency"], "bytes_per_token": self.bytes_per_token,
                 "bytes_per_token_kind": self.bytes_per_token_kind,
-                "bytes_per_token_by_rank": [r.to_json() for r in self.ranks],
+                "bytes_per_token_by_rank": lists["bytes_per_token_by_rank"],
                 "bytes_per_token_note": self.bytes_per_token_note,
                 "bytes_per_token_from_error": self.bytes_per_token_from_error,
                 "ranks_disagree": self.ranks_disagree}
@@ -239,8 +260,9 @@ class Analysis:
     def worst(self) -> Severity | None:
         return max((f.severity for f in self.findings), default=None)
 
-    def to_json(self, min_severity: str = "info") -> dict[str, Any]:
-        """The JSON contract (docs/json-output.md); findings below ``min_severity`` left out."""
+    def to_json(self, min_severity: str = "info", lazy: bool = False) -> dict[str, Any]:
+        """The JSON contract (docs/json-output.md); findings below ``min_severity`` left out. ``lazy``: the
+        lists of KV and memory lines as views (`KVCache.to_json`), for `kvlogdiag.render.json_stream`."""
         out: dict[str, Any] = {"source": self.source}
         if self.container is not None:
             out["container"] = self.container
@@ -248,12 +270,12 @@ class Analysis:
             "lines_read": self.lines_read,
             "vllm": self.vllm.to_json(),
             "config": self.config,
-            "kv_cache": self.kv_cache.to_json(),
+            "kv_cache": self.kv_cache.to_json(lazy),
             "errors": self.errors,
             "runtime": self.runtime,
             "runs": self.run.count,
             "run": self.run.to_json(),
-            "memory": self.memory,
+            "memory": self.memory if lazy else {k: list(v) for k, v in self.memory.items()},
             "kv_transfer": self.kv_transfer,
             "provenance": self.provenance,
         })
@@ -290,7 +312,7 @@ class InputAnalysis:
             raise IndexError(f"{where}: no run {n} (the input has {len(self.runs)})")
         return [self.runs[n - 1]]
 
-    def to_json(self, which: str = "last", min_severity: str = "info") -> dict[str, Any]:
+    def to_json(self, which: str = "last", min_severity: str = "info", lazy: bool = False) -> dict[str, Any]:
         """The Analysis of the selected run (default: the current one), with every run under ``all_runs``.
 
         The lists of KV lines under ``kv_cache`` (available_gib, kv_budget, tokens, gpu_blocks,
@@ -299,11 +321,16 @@ class InputAnalysis:
         figure (bytes per token, config, findings) is the selected run's alone.
         """
         chosen = self.select("last" if which == "all" else which)[0]
-        out = chosen.to_json(min_severity)
+        out = chosen.to_json(min_severity, lazy)
         if len(self.runs) > 1 or which == "all":
-            out["all_runs"] = [a.to_json(min_severity) for a in reversed(self.runs)]
+            out["all_runs"] = [a.to_json(min_severity, lazy) for a in reversed(self.runs)]
             for key in INPUT_LISTS:
-                out["kv_cache"][key] = [x for a in self.runs for x in getattr(a.kv_cache, key)]
+                if lazy:
+                    from kvlogdiag.derive.pairings import ChainView
+
+                    out["kv_cache"][key] = ChainView([getattr(a.kv_cache, key) for a in self.runs])
+                else:
+                    out["kv_cache"][key] = [x for a in self.runs for x in getattr(a.kv_cache, key)]
         return out
 
 

@@ -13,7 +13,9 @@ added line under a bound:
 
 The peak of an analysis of many KV lines still grows by the contract's lists (every value, one
 ``bytes_per_token_by_rank`` entry per pairing) and derive's passes over them: docs/reliability.md gives
-those numbers. Before/after figures are in the comments of the bounds.
+those numbers. Before/after figures are in the comments of the bounds. Session 6 added text mode on
+a log of KV pairs (``test_text_mode_keeps_a_few_tens_of_bytes_per_kv_line``): the pairings in columns,
+the contract's lists as views, the summary capped (kvlogdiag/derive/pairings.py, render/caps.py).
 """
 
 from __future__ import annotations
@@ -235,3 +237,45 @@ def test_capped_texts_change_no_output(analyzer, monkeypatch, seed):
     monkeypatch.setattr(bounded, "KEEP", 10**9)  # nothing is let go
     whole = analyzer.analyze_stream(io.BufferedReader(io.BytesIO(data)), "x.log").to_json(which="all")
     assert capped == whole and capped["findings"]
+
+
+# -- text mode on a log of KV pairs (issue 18: memory O(ranks + findings), not O(KV lines)) ------------------
+
+def _kv_pairs(n: int) -> bytes:
+    """The start-up, then ``n`` lines: ``Available KV cache memory`` / ``GPU KV cache size`` pairs (varied values:
+    every pairing sorted, none equal to the next)."""
+    rng = random.Random(n)
+    out = []
+    for _ in range(n // 2):
+        out.append(f"(EngineCore_DP0 pid=1) INFO 11-01 10:00:00 [gpu_worker.py:1] Available KV cache memory: {rng.uniform(30, 40):.2f} GiB")
+        out.append(f"(EngineCore_DP0 pid=1) INFO 11-01 10:00:00 [kv_cache_utils.py:1] GPU KV cache size: {rng.randint(400000, 500000):,} tokens")
+    return HEAD + ("\n".join(out) + "\n").encode()
+
+
+def text_bytes(analyzer: Analyzer, data: bytes) -> tuple[int, int]:
+    """(held, peak) of ``kvlogdiag analyze``'s text mode: the analysis and its text summary, held while the
+    result is alive (``watch``, ``report`` keep it), and the tracemalloc peak of the whole."""
+    from kvlogdiag.render.analysis import render_text
+    from kvlogdiag.render.summary import summary_text
+
+    with traced():
+        runs = analyzer.analyze_stream(io.BufferedReader(io.BytesIO(data)), "x.log").select("all")
+        text = render_text(runs) + summary_text(runs, "info", 1)
+        gc.collect()
+        held, peak = tracemalloc.get_traced_memory()
+        del text, runs
+        return held, peak
+
+
+# bytes per KV line, before (the JSON contract's lists and one dict + one RankFigures per pairing, the whole rank
+# table and value lists in the text) → now (typed columns in blocks, pairings in columns, views, the text capped)
+TEXT_HELD_BOUND = 40   # 316 → 24
+TEXT_PEAK_BOUND = 160  # 840 → 111
+
+
+def test_text_mode_keeps_a_few_tens_of_bytes_per_kv_line(analyzer):
+    (h1, p1), (h2, p2) = text_bytes(analyzer, _kv_pairs(SMALL)), text_bytes(analyzer, _kv_pairs(LARGE))
+    held, peak = (h2 - h1) / (LARGE - SMALL), (p2 - p1) / (LARGE - SMALL)
+    print(f"text mode per KV line: {held:.0f} B held ({h1:,} → {h2:,}), {peak:.0f} B of peak ({p1:,} → {p2:,})")
+    assert held < TEXT_HELD_BOUND, f"{held:.0f} B held per KV line ({h1:,} → {h2:,} B)"
+    assert peak < TEXT_PEAK_BOUND, f"{peak:.0f} B of peak per KV line ({p1:,} → {p2:,} B)"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 from typing import Any, Callable
@@ -23,8 +24,9 @@ from kvlogdiag.cli.output import (
 )
 from kvlogdiag.cli.timewindow import install_window, window_given, window_options
 from kvlogdiag.input.reader import DEFAULT_MAX_BYTES, InputError
-from kvlogdiag.render.analysis import render_json, render_markdown, render_text
+from kvlogdiag.render.analysis import render_markdown, render_text
 from kvlogdiag.render.colour import style_text
+from kvlogdiag.render.json_stream import render_json_stream
 from kvlogdiag.render.summary import summary_text
 from kvlogdiag.rules.engine import RuleLoadError
 
@@ -131,7 +133,9 @@ def analyze(inputs: tuple[str, ...], fmt: str, max_bytes: int, run: str | None, 
         else:
             text = ci_text(fmt, logs, [rule_info(r) for r in analyzer.rules.rules], opts.fail_on, "analyze", code)
     elif fmt == "json":
-        text = render_json([r.to_json(run or "last", opts.min_severity) for r in results]) + "\n"
+        # written piece by piece: the same text as render_json, never held whole (render/json_stream.py)
+        pieces = render_json_stream([r.to_json(run or "last", opts.min_severity, lazy=True) for r in results])
+        return finish(out, itertools.chain(pieces, ("\n",)), code)
     elif fmt == "markdown":
         text = render_markdown(shown, opts.min_severity)
     else:

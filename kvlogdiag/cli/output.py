@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 import click
 
 from kvlogdiag.cli.exit import ExitCode
-from kvlogdiag.fileio import write_atomic
+from kvlogdiag.fileio import write_atomic, write_atomic_pieces
 from kvlogdiag.render.redact import SafeText, escape_controls
 
 if TYPE_CHECKING:
@@ -100,6 +100,30 @@ class Output:
             return
         click.echo(text, nl=False)
 
+    def emit_pieces(self, pieces: Iterable[str]) -> None:
+        """`emit` of the text the pieces make (no colour), written as they come: a long JSON document is
+        never held whole (kvlogdiag/render/json_stream.py)."""
+        if self.path:
+            try:
+                write_atomic_pieces(self.path, (escape_controls(p) for p in pieces))
+            except OSError as exc:
+                raise OutputError(f"{self.path}: cannot write ({exc.strerror or exc}); the previous file is kept") from None
+            return
+        if self.quiet:
+            for _ in pieces:  # the same work (and errors) as without --quiet
+                pass
+            return
+        buf: list[str] = []
+        size = 0
+        for p in pieces:  # joined into writes of ~1 MiB: click.echo flushes each one
+            buf.append(p)
+            size += len(p)
+            if size >= 1 << 20:
+                click.echo("".join(buf), nl=False)
+                buf, size = [], 0
+        if buf:
+            click.echo("".join(buf), nl=False)
+
 
 def statistics_text(logs: Iterable[CILog], fmt: str) -> str:
     from kvlogdiag.render.ci import all_findings, render_statistics, statistics  # on use: analyze's start-up
@@ -131,12 +155,16 @@ def statistics_format_error(fmt: str, statistics_flag: bool, allowed: tuple[str,
     return None
 
 
-def finish(out: Output, text: str, code: ExitCode, colour: Callable[[str], Any] | None = None) -> ExitCode:
-    """Emit and return ``code``; a file that cannot be written is exit 2 (the error on stderr)."""
+def finish(out: Output, text: str | Iterable[str], code: ExitCode, colour: Callable[[str], Any] | None = None) -> ExitCode:
+    """Emit and return ``code``; a file that cannot be written is exit 2 (the error on stderr). ``text`` may
+    be an iterable of pieces (`Output.emit_pieces`)."""
     from kvlogdiag.cli.common import err
 
     try:
-        out.emit(text, colour)
+        if isinstance(text, str):
+            out.emit(text, colour)
+        else:
+            out.emit_pieces(text)
     except OutputError as exc:
         err(str(exc))
         return ExitCode.ERROR

@@ -17,8 +17,9 @@ import math
 import re
 import statistics
 from array import array
-from typing import Any, Iterator
+from typing import Any
 
+from kvlogdiag.derive.pairings import Pairings, ValueView, group_at, line_at, rank_at, value_at
 from kvlogdiag.extract.facts import Fact, LogFacts, provenance_kind
 
 GIB = 1 << 30
@@ -232,33 +233,46 @@ def worker_order(rank: str | None) -> tuple[int, int] | None:
     return None
 
 
-def pair_bytes_per_token(facts: LogFacts, block_size: int | None) -> tuple[list[dict], list[str]]:
+def _sorted_positions(idx: array, key: Any) -> Any:
+    """``sorted(idx, key=key)`` (stable), without a copy when ``idx`` is in that order already (a long log
+    repeating one figure: a list of every position would cost ~40 bytes each)."""
+    prev = None
+    for i in idx:
+        k = key(i)
+        if prev is not None and k < prev:
+            return sorted(idx, key=key)
+        prev = k
+    return idx
+
+
+def pair_bytes_per_token(facts: LogFacts, block_size: int | None) -> tuple[Pairings, list[str]]:
     """Pair memory figures with token counts per (run, DP group).
 
     Groups hold positions in the fact lists, not the facts: a log with many KV lines keeps one `Fact` at a
-    time here, except where one group's memory and token lines are matched one to one (issue 18, memory)."""
+    time here, except where one group's memory and token lines are matched one to one (issue 18, memory).
+    The pairings are kept in columns (`kvlogdiag.derive.pairings.Pairings`), each read as its JSON dict."""
     notes: list[str] = []
-    pairs: list[dict] = []
-    avail, budget_facts, token_facts = facts.available, facts.kv_budget, facts.tokens
+    pairs = Pairings()
+    avail, budget_facts, token_facts, blocks = facts.available, facts.kv_budget, facts.tokens, facts.blocks
     groups: dict[tuple[int, int], dict[str, array]] = {}
-    for i, f in enumerate(avail):
-        groups.setdefault((f.run, f.dp), {}).setdefault("avail", array("q")).append(i)
-    for i, f in enumerate(budget_facts):
-        groups.setdefault((f.run, f.dp), {}).setdefault("budget", array("q")).append(i)
-    for i, f in enumerate(token_facts):
-        groups.setdefault((f.run, f.dp), {}).setdefault("tokens", array("q")).append(i)
-    if facts.blocks:
+    for i in range(len(avail)):
+        groups.setdefault(group_at(avail, i), {}).setdefault("avail", array("q")).append(i)
+    for i in range(len(budget_facts)):
+        groups.setdefault(group_at(budget_facts, i), {}).setdefault("budget", array("q")).append(i)
+    for i in range(len(token_facts)):
+        groups.setdefault(group_at(token_facts, i), {}).setdefault("tokens", array("q")).append(i)
+    if blocks:
         if block_size:
-            for i, f in enumerate(facts.blocks):
-                groups.setdefault((f.run, f.dp), {}).setdefault("tokens", array("q")).append(~i)  # ~i: a blocks line
+            for i in range(len(blocks)):
+                groups.setdefault(group_at(blocks, i), {}).setdefault("tokens", array("q")).append(~i)  # ~i: a blocks line
         else:
             notes.append("V0 '# blocks' counts cannot be turned into tokens: the log states no block size")
 
-    def token_fact(i: int) -> Fact:
-        if i >= 0:
-            return token_facts[i]
-        f = facts.blocks[~i]
-        return Fact(f.value * block_size, f.line, f.rank, f.raw, "blocks", f.run, f.dp)  # type: ignore[operator]
+    def token_value(i: int) -> Any:
+        return value_at(token_facts, i) if i >= 0 else value_at(blocks, ~i) * block_size  # type: ignore[operator]
+
+    def token_line(i: int) -> int:
+        return line_at(token_facts, i) if i >= 0 else line_at(blocks, ~i)
 
     # runs whose engines printed memory only once (e.g. >=0.12 local rank 0 with DP on one node):
     # fall back to the run's figures when a DP group has tokens but no memory line of its own
@@ -270,46 +284,48 @@ def pair_bytes_per_token(facts: LogFacts, block_size: int | None) -> tuple[list[
             col, idx, second = avail, g["avail"], False
         elif "budget" in g:
             col, idx, second = budget_facts, g["budget"], True
-            kind = budget_facts[idx[0]].value[0]
+            kind = value_at(budget_facts, idx[0])[0]
         else:
             col, idx, second = avail, array("q", (i for (r, _d), gg in groups.items() if r == run for i in gg.get("avail", ()))), False
         n_mem = len(idx)
         if not n_mem:
             continue
 
-        def mem_of(col: Any = col, idx: array = idx, second: bool = second) -> Iterator[tuple[Fact, float, str | None]]:
-            for i in idx:
-                f = col[i]
-                yield f, (f.value[1] if second else f.value), f.rank
+        def gib_of(i: int, col: Any = col, second: bool = second) -> Any:
+            v = value_at(col, i)
+            return v[1] if second else v
 
         tok_idx = g["tokens"]
-        matched: Any = None
+        matched: Any = None  # (memory index, token index) pairs, in the order they are reported
         if n_mem == len(tok_idx) and len(tok_idx) > 1:
-            mem = list(mem_of())
-            toks = [token_fact(i) for i in tok_idx]
-            keys = [worker_order(rank) for _, _, rank in mem]
-            if all(k is not None for k in keys) and len(set(keys)) == len(keys):
+            keys: list[Any] = []
+            seen: set = set()
+            for i in idx:  # stops at the first rank without a worker number or seen twice (a long log: at once)
+                k = worker_order(rank_at(col, i))
+                if k is None or k in seen:
+                    keys = []
+                    break
+                seen.add(k)
+                keys.append(k)
+            if keys:
                 # 0.8-0.11 print one token line per worker, in worker-rank order
-                ms = [m for _, m in sorted(zip(keys, mem), key=lambda kv: kv[0] or (0, 0))]
-                matched = list(zip(ms, toks))
-            else:
-                ms = sorted(mem, key=lambda x: x[1])
-                ts = sorted(toks, key=lambda f: f.value)
-                matched = list(zip(ms, ts))
+                ms = [i for _, i in sorted(zip(keys, idx), key=lambda kv: kv[0])]
+                matched = zip(ms, tok_idx)
+            else:  # the smallest memory with the smallest count (stable sorts of the positions, by value)
+                ms = _sorted_positions(idx, gib_of)
+                ts = _sorted_positions(tok_idx, token_value)
+                matched = zip(ms, ts)
         if matched is None:
-            smallest = min(mem_of(), key=lambda x: x[1])
-            matched = ((smallest, token_fact(i)) for i in tok_idx)
-        for (mf, gib, rank), tf in matched:
-            tokens = tf.value
+            smallest = min(idx, key=gib_of)
+            matched = ((smallest, i) for i in tok_idx)
+        for mi, ti in matched:
+            gib, tokens = gib_of(mi), token_value(ti)
             bpt = None
             if tokens and tokens > 0 and gib > 0 and math.isfinite(gib):
                 bpt = gib * GIB / tokens
                 if not (MIN_PLAUSIBLE_BPT <= bpt <= MAX_PLAUSIBLE_BPT):
                     bpt = None  # explained once in the run's note
-            # the JSON entry itself (kv_cache.bytes_per_token_by_rank): one dict per pairing, not two
-            pairs.append({"rank": rank, "available_gib": gib, "tokens": tokens, "bytes_per_token": bpt,
-                          "dp_group": dp, "run": run, "memory_source": kind, "memory_line": mf.line,
-                          "tokens_line": tf.line})
+            pairs.append(rank_at(col, mi), gib, tokens, bpt, dp, run, kind, line_at(col, mi), token_line(ti))
     return pairs, notes
 
 
@@ -325,6 +341,14 @@ def startup_json(st: dict | None) -> dict[str, Any] | None:
     out = {k: st.get(k) for k in _STARTUP_KEYS}
     out["echoes"] = [{"line": e["line"], "process": e["process"], "text": e["text"]} for e in st.get("echoes") or []]
     return out
+
+
+def _budget_entry(v: Any, f: Fact) -> dict[str, Any]:
+    return {"source": v[0], "gib": round(v[1], 6), "line": f.line}
+
+
+def _concurrency_entry(v: Any) -> dict[str, Any]:
+    return {"tokens_per_request": v[0], "concurrency": v[1]}
 
 
 def derive(facts: LogFacts) -> dict[str, Any]:
@@ -357,20 +381,20 @@ def derive(facts: LogFacts) -> dict[str, Any]:
         hma_disabled = False
 
     pairs, notes = pair_bytes_per_token(facts, block_size)
-    values = [p["bytes_per_token"] for p in pairs if p["bytes_per_token"] is not None]
+    values = array("d", pairs.known_bytes_per_token())  # 8 bytes a pairing, only while the median is taken
     bpt: float | None = None
     disagree = False
     if values:
         lo, hi = min(values), max(values)
         if hi <= lo * (1 + AGREE_REL):
-            bpt = values[0] if len(set(values)) == 1 else statistics.median(values)
+            bpt = values[0] if lo == hi else statistics.median(values)
         else:
             bpt = statistics.median(values)
             disagree = True
     if pairs and not values:
-        implausible = [p for p in pairs if p["tokens"] and p["tokens"] > 0 and p["available_gib"] > 0]
+        implausible = next((p for p in pairs if p["tokens"] and p["tokens"] > 0 and p["available_gib"] > 0), None)
         if implausible:
-            x = implausible[0]["available_gib"] * GIB / implausible[0]["tokens"]
+            x = implausible["available_gib"] * GIB / implausible["tokens"]
             notes.append(f"the log's figures give {x:.6g} bytes per token, outside any real model "
                          f"({MIN_PLAUSIBLE_BPT}–{MAX_PLAUSIBLE_BPT:,} B): not reported")
         else:
@@ -388,8 +412,7 @@ def derive(facts: LogFacts) -> dict[str, Any]:
         notes.append("num_gpu_blocks_override decouples the token count from the memory figure: "
                      "bytes per token cannot be read from this log")
         bpt = None
-        for p in pairs:
-            p["bytes_per_token"] = None
+        pairs.clear_bytes_per_token()
     model = as_str(cfg.get("model"))
     if vt is not None and (0, 20) <= vt < (0, 21) and model and re.search(r"deepseek[-_]?v4", model, re.I):
         notes.append("vLLM 0.20.x prints a group-count token figure for hybrid DeepSeek-V4: "
@@ -456,11 +479,12 @@ def derive(facts: LogFacts) -> dict[str, Any]:
             "conflicts": {k: v for k, v in conflicts.items()},
         },
         "kv_cache": {
-            "available_gib": [f.value for f in facts.available],
-            "kv_budget": [{"source": f.value[0], "gib": round(f.value[1], 6), "line": f.line} for f in facts.kv_budget],
-            "tokens": [f.value for f in facts.tokens],
-            "gpu_blocks": [f.value for f in facts.blocks],
-            "max_concurrency": [{"tokens_per_request": f.value[0], "concurrency": f.value[1]} for f in facts.concurrency],
+            # views over the fact columns: each value is built when read (kvlogdiag/derive/pairings.py)
+            "available_gib": ValueView(facts.available),
+            "kv_budget": ValueView(facts.kv_budget, _budget_entry, with_fact=True),
+            "tokens": ValueView(facts.tokens),
+            "gpu_blocks": ValueView(facts.blocks),
+            "max_concurrency": ValueView(facts.concurrency, _concurrency_entry),
             "bytes_per_token": bpt,
             "bytes_per_token_kind": kind,
             "bytes_per_token_by_rank": pairs,
@@ -484,7 +508,7 @@ def derive(facts: LogFacts) -> dict[str, Any]:
             "busy_stats_lines": st.busy_lines,
         },
         "runs": facts.runs,
-        "memory": {k: [f.value for f in v] for k, v in sorted(facts.memory.items())},
+        "memory": {k: ValueView(v) for k, v in sorted(facts.memory.items())},
     }
     analysis["kv_transfer"] = summary
     analysis["startup"] = startup_json(facts.startup)

@@ -14,6 +14,8 @@ import re
 from typing import Any, Iterable
 
 from kvlogdiag import __version__
+from kvlogdiag.derive.pairings import is_view
+from kvlogdiag.render.caps import ENDS, ROW_ENDS, SHOW_ALL, capped_rows, capped_values, value_range
 from kvlogdiag.result import Analysis, Finding, Severity
 
 
@@ -30,7 +32,7 @@ def clean_json(obj: Any) -> Any:
         return obj if math.isfinite(obj) else None
     if isinstance(obj, dict):
         return {str(k): clean_json(v) for k, v in obj.items() if not str(k).startswith("_")}
-    if isinstance(obj, (list, tuple, set)):
+    if isinstance(obj, (list, tuple, set)) or is_view(obj):  # a view: the KV lists of derive/pairings.py
         return [clean_json(v) for v in obj]
     if obj is None or isinstance(obj, (str, int, bool)):
         return obj
@@ -136,8 +138,27 @@ def identity_rows(a: Analysis) -> list[tuple[str, str]]:
 
 
 def _rank_rows(a: Analysis) -> list[list[str]]:
-    return [[r.rank or "—", f"DP{r.dp_group}", fmt_gib(r.available_gib), fmt_num(r.tokens), fmt_bpt(r.bytes_per_token),
-             f"{r.memory_line}/{r.tokens_line}"] for r in a.kv_cache.ranks]
+    """The rank table's rows: every pairing, or past `caps.SHOW_ALL` the first and last ones (`rank_rows_note`)."""
+    ranks = a.kv_cache.ranks
+
+    def row(i: int) -> list[str]:
+        r = ranks[i]
+        return [r.rank or "—", f"DP{r.dp_group}", fmt_gib(r.available_gib), fmt_num(r.tokens), fmt_bpt(r.bytes_per_token),
+                f"{r.memory_line}/{r.tokens_line}"]
+
+    return capped_rows(len(ranks), row, ["…", "", "", "", "", ""])[0]
+
+
+def rank_rows_note(a: Analysis) -> str | None:
+    """What a capped rank table leaves out, in words (None when it shows every pairing)."""
+    ranks = a.kv_cache.ranks
+    n = len(ranks)
+    if n <= SHOW_ALL:
+        return None
+    lo, hi = value_range(ranks, key=lambda r: r.bytes_per_token)
+    span = f"; bytes/token lowest {fmt_bpt(lo)}, highest {fmt_bpt(hi)}" if lo is not None else ""
+    return (f"{n:,} pairings: the first and last {ROW_ENDS} shown{span}; every pairing in --format json "
+            "(kv_cache.bytes_per_token_by_rank)")
 
 
 def run_label(a: Analysis) -> str:
@@ -165,13 +186,20 @@ def render_text(analyses: list[Analysis], min_severity: str = "info", errors: It
         kind = kv.bytes_per_token_kind
         lines = [("bytes per token (per rank)", fmt_bpt(bpt) + (f"  [{kind}]" if kind else ""))]
         if kv.available_gib:
-            lines.append(("Available KV cache memory", ", ".join(fmt_gib(x) for x in kv.available_gib)))
-        for b in kv.kv_budget:
+            lines.append(("Available KV cache memory", capped_values(kv.available_gib, fmt_gib)))
+        budgets = kv.kv_budget
+        shown_budgets = range(len(budgets)) if len(budgets) <= SHOW_ALL else [*range(ENDS), *range(len(budgets) - ENDS, len(budgets))]
+        for i in shown_budgets:
+            b = budgets[i]
             lines.append((f"KV budget ({b['source']}, line {b['line']})", fmt_gib(b["gib"])))
+            if i == ENDS - 1 and len(budgets) > SHOW_ALL:
+                lo, hi = value_range(budgets, key=lambda b: b["gib"])
+                lines.append(("KV budget", f"… {len(budgets) - 2 * ENDS:,} more lines (lowest {fmt_gib(lo)}, highest "
+                                           f"{fmt_gib(hi)}; every one in --format json)"))
         if kv.tokens:
-            lines.append(("KV cache size (tokens)", ", ".join(fmt_num(x) for x in kv.tokens)))
+            lines.append(("KV cache size (tokens)", capped_values(kv.tokens, fmt_num)))
         if kv.gpu_blocks:
-            lines.append(("V0 blocks", ", ".join(fmt_num(x) for x in kv.gpu_blocks)))
+            lines.append(("V0 blocks", capped_values(kv.gpu_blocks, fmt_num)))
         for length, (lo, hi, n) in kv.max_concurrency_by_length.items():
             span = f"{lo:,.2f}x" if lo == hi else f"{lo:,.2f}x–{hi:,.2f}x"
             lines.append((f"max concurrency @ {length:,} tokens", span + (f"  ({n:,} lines)" if n > 1 else "")))
@@ -182,6 +210,9 @@ def render_text(analyses: list[Analysis], min_severity: str = "info", errors: It
         if rr:
             out.append("")
             out.append(tabulate(rr, headers=["rank", "group", "available", "tokens", "bytes/token", "lines"], tablefmt="simple"))
+            note = rank_rows_note(a)
+            if note:
+                out.append(f"({note})")
         errs = error_lines(a)
         if errs:
             out.append("")
@@ -272,6 +303,10 @@ def render_markdown(analyses: list[Analysis], min_severity: str = "info", detail
         if rr:
             out.append("")
             out.append(md_table(["rank", "group", "available", "tokens", "bytes/token", "lines"], rr))
+            note = rank_rows_note(a)
+            if note:
+                out.append("")
+                out.append(f"_{md_escape(note)}_")
         errs = error_lines(a)
         if errs:
             out.append("")

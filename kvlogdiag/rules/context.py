@@ -21,14 +21,16 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import re
+from array import array
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from types import ModuleType
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from kvlogdiag.derive.architecture import KIND_DSV4, KIND_MLA_SPARSE, expected_kv, lookup_model
 from kvlogdiag.derive.figures import as_int, dig_additional, parse_version
+from kvlogdiag.derive.pairings import ValueView, group_at, value_at
 from kvlogdiag.errors import KvlogdiagError
 from kvlogdiag.extract.facts import Fact, LogFacts
 
@@ -258,16 +260,21 @@ def _last(facts: list[Fact] | None) -> Fact | None:
     return facts[-1] if facts else None
 
 
-def _min(values: list[float]) -> float | None:
-    vals = [v for v in values if v is not None]
-    return min(vals) if vals else None
+def _min(values: Iterable[Any]) -> float | None:
+    return min((v for v in values if v is not None), default=None)  # one pass, no list (issue 18, memory)
 
 
-def _spread(values: list[float]) -> float | None:
-    vals = [v for v in values if v is not None and v > 0]
-    if len(vals) < 2:
+def _spread(values: Iterable[Any]) -> float | None:
+    lo = hi = None
+    n = 0
+    for v in values:  # one pass, no list (issue 18, memory)
+        if v is not None and v > 0:
+            n += 1
+            lo = v if lo is None or v < lo else lo
+            hi = v if hi is None or v > hi else hi
+    if n < 2 or lo is None or hi is None:
         return None
-    return (max(vals) - min(vals)) / min(vals) * 100.0
+    return (hi - lo) / lo * 100.0
 
 
 def _identity(b: _Builder) -> None:
@@ -451,25 +458,26 @@ def _kv(b: _Builder) -> None:
     put("kv_size_logged", bool(facts.tokens or facts.blocks or facts.concurrency),
         _first(facts.tokens or facts.blocks or facts.concurrency))
     avail = facts.available
-    put("available_gib_min", _min([f.value for f in avail]), min(avail, key=lambda f: f.value) if avail else None)
+    put("available_gib_min", _min(ValueView(avail)), min(avail, key=lambda f: f.value) if avail else None)
     put("available_gib_max", max((f.value for f in avail), default=None))
-    put("kv_budget_gib_min", _min([f.value[1] for f in facts.kv_budget]),
+    put("kv_budget_gib_min", _min(v[1] for v in ValueView(facts.kv_budget)),
         min(facts.kv_budget, key=lambda f: f.value[1]) if facts.kv_budget else None)
     # a generator, not a list: one (value, Fact) at a time however many KV lines (issue 18, memory)
     kv_figs = itertools.chain(((f.value, f) for f in facts.available), ((f.value[1], f) for f in facts.kv_budget))
     lo = min(kv_figs, key=lambda t: t[0], default=None)
     put("kv_gib_min", lo[0] if lo else None, lo[1] if lo else None)
     toks = facts.tokens
-    put("tokens_min", _min([f.value for f in toks]), min(toks, key=lambda f: f.value) if toks else None)
+    put("tokens_min", _min(ValueView(toks)), min(toks, key=lambda f: f.value) if toks else None)
     per_rank = kv["bytes_per_token_by_rank"]
-    put("tokens_per_dp_group", _min([p["tokens"] for p in per_rank]) if per_rank else b.v["tokens_min"])
+    put("tokens_per_dp_group", _min(p["tokens"] for p in per_rank) if per_rank else b.v["tokens_min"])
     put("bytes_per_token", kv["bytes_per_token"], prov.get("tokens_min") or prov.get("available_gib_min"))
     put("bytes_per_token_kind", kv["bytes_per_token_kind"])
-    put("bpt_spread_pct", _spread([p["bytes_per_token"] for p in per_rank]))
-    groups: dict[tuple, list[float]] = {}
-    for f in avail:
-        groups.setdefault((f.run, f.dp), []).append(f.value)
-    spreads = [s for s in (_spread(g) for g in groups.values()) if s is not None]
+    known = getattr(per_rank, "known_bytes_per_token", None)
+    put("bpt_spread_pct", _spread(known() if known else (p["bytes_per_token"] for p in per_rank)))
+    groups: dict[tuple, list[int]] = {}
+    for i in range(len(avail)):  # positions per (run, DP group), 8 bytes each, not the values
+        groups.setdefault(group_at(avail, i), array("q")).append(i)  # type: ignore[arg-type]
+    spreads = [s for s in (_spread(value_at(avail, i) for i in g) for g in groups.values()) if s is not None]
     put("available_spread_pct", max(spreads) if spreads else None)
     put("ranks_disagree", bool(kv["ranks_disagree"]))
     conc = facts.concurrency
