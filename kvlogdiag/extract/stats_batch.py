@@ -1,0 +1,240 @@
+"""Stats lines in batches: the runtime lines of a long log read into `StatsSummary` a batch at a time.
+
+A long log is mostly ``Avg prompt throughput: ...`` stats lines (one per engine every 10 s). Read one at
+a time, each line built a `Fact`, went through `StatsSummary.add_sample` / ``add_kv_usage`` /
+``add_samples`` and six dict updates: ~14 µs of Python per line. `StatsBatch` keeps the matches of up
+to `BATCH_LINES` consecutive stats lines of one run (the extractor flushes it before any other line, a
+new run and the end of the input, so nothing else ever sees a half-fed summary) and folds them into the
+summary in one pass over local variables:
+
+* `Fact` objects are built only for the lines the summary keeps (the first and last line of each KV-usage
+  step touched, a new peak, the first preemption, ...), one per line at most, shared as before;
+* each figure's distribution (``StatsSummary.series``) is counted per batch (`collections.Counter`),
+  unless the batch could reach `SERIES_MAX_VALUES` distinct values, where values are rounded one by
+  one in line order exactly as ``add_samples`` does.
+
+Both paths read a match through `stats_values`, so a figure is converted the same way; the per-line
+path (``Extractor._h_stats``) stays for ``watch`` (its listeners hear every peak as it happens) and
+the timelines of ``scan --html``, and is the oracle of ``tests/test_stats_batch.py``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any, Callable
+
+from kvlogdiag.catalogue.patterns import STATS_TAIL
+from kvlogdiag.extract.facts import KV_USAGE_STEPS, SERIES, SERIES_MAX_VALUES, Fact, LogFacts, UsageBucket
+
+BATCH_LINES = 4096  # matches held at most (each keeps its line's text): memory stays flat
+
+_HEAD_GROUPS = ("engine", "aggregated", "prompt_tps", "gen_tps", "running", "swapped", "pending", "waiting", "rest")
+
+
+def _float(text: str | None) -> float | None:
+    if text is None or len(text) > 40:
+        return None
+    try:
+        v = float(text)
+    except ValueError:
+        return None
+    return v if math.isfinite(v) else None
+
+
+_VALUES: dict[str, tuple | None] = {}  # matched text -> its figures: idle engines print the same line for hours
+_VALUES_MAX = 8192
+
+
+def stats_values(m: Any) -> tuple | None:
+    """The figures of one stats-line match: (engine, aggregated, v0, running, waiting, deferred,
+    preemptions, usages, hit, prompt_tps, gen_tps); None when a count or a percentage of the line is
+    damaged (``1.2.3 %``, a run of thousands of digits): such a line is no sample.
+
+    The figures are a function of the matched text alone (the pattern's one look-behind only decides
+    whether a match may start where it does), so they are kept by that text."""
+    key = m.group(0)
+    got = _VALUES.get(key, False)
+    if got is not False:
+        return got  # type: ignore[return-value]
+    if len(_VALUES) >= _VALUES_MAX:
+        _VALUES.clear()
+    got = _VALUES[key] = parse_stats(m)
+    return got
+
+
+def parse_stats(m: Any) -> tuple | None:
+    """`stats_values` without its cache."""
+    e, agg, ptps, gtps, running_s, swapped, pending, waiting_s, rest = m.group(*_HEAD_GROUPS)
+    try:
+        running = int(running_s)
+        ws = waiting_s if waiting_s is not None else pending
+        waiting = int(ws) if ws is not None else 0
+        deferred = 0
+        usages: list[float] = []
+        preemptions = None
+        hit = None
+        if rest:
+            v0 = swapped is not None
+            for tm in STATS_TAIL.finditer(rest):
+                p, device, usage, h, d = tm.group("preemptions", "device", "kv_usage", "hit", "deferred")
+                if p is not None:
+                    preemptions = (preemptions or 0) + int(p)
+                elif usage is not None:
+                    if device == "CPU" and v0:
+                        continue  # V0 'CPU KV cache usage' is the swap space, not the KV pool (KVD013)
+                    usages.append(float(usage))
+                elif h is not None:
+                    hit = float(h)
+                elif d is not None:
+                    deferred = int(d)
+        engine = int(e) if e is not None else None
+    except ValueError:
+        return None
+    return (engine, agg is not None, swapped is not None, running, waiting, deferred, preemptions,
+            tuple(usages), hit, _float(ptps), _float(gtps))
+
+
+def _usage_step(pct: float) -> int:
+    # facts.usage_step, inlined for the hot loop (tests/test_stats_batch.py checks they agree)
+    if not pct > 0:
+        return 0
+    if pct >= 100:
+        return KV_USAGE_STEPS
+    return min(KV_USAGE_STEPS, math.floor(pct * 10 + 1e-6))
+
+
+def fold(facts: LogFacts, batch: list, fact_of: Callable[[Any], Fact]) -> None:
+    """Fold ``batch`` — (values of `stats_values`, line) pairs of consecutive stats lines, in log order —
+    into ``facts.stats`` exactly as one ``Extractor._h_stats`` call per line would (listeners aside: the
+    batch is used only when nobody listens). ``fact_of(line)`` builds a line's `Fact`."""
+    if not batch:
+        return
+    st = facts.stats
+    made: dict[int, Fact] = {}
+
+    def fact(i: int) -> Fact:
+        f = made.get(i)
+        if f is None:
+            f = made[i] = fact_of(batch[i][1])
+        return f
+
+    lines = st.lines
+    engines = st.engines
+    rmax, wmax = st.running_max, st.waiting_max
+    busy = st.busy_lines
+    ptot, plines = st.preemptions_total, st.preemption_lines
+    pfirst: int | None = None
+    samples = st.kv_usage_samples
+    klast = st.kv_usage_last
+    kmax = st.kv_usage_max
+    kmax_i: int | None = None
+    hit_last = st.prefix_hit_last
+    deferred_lines = st.deferred_lines
+    single_n = st.single_running_with_queue
+    single_first: int | None = None
+    single_kmax = st.single_running_kv_usage_max
+    wl_lines, wl_p, wl_g, wl_r, wl_u = st.workload_lines, st.prompt_tps_sum, st.gen_tps_sum, st.running_sum, st.kv_usage_running_sum
+    wl_first: int | None = None
+    wl_last: int | None = None
+    touched: dict[int, list] = {}  # usage step -> [count, first index (new bucket) or None, last index]
+    active: list[tuple] = []
+    v0_engine: int | None = None
+    for i, (vals, _line) in enumerate(batch):
+        engine, aggregated, v0, running, waiting, deferred, preemptions, usages, hit, ptps, gtps = vals
+        if v0 and v0_engine is None and not facts.engine:
+            v0_engine = i
+        lines += 1
+        if engine is not None:
+            engines.add(engine)
+        rmax = running if rmax is None else max(rmax, running)
+        wmax = waiting if wmax is None else max(wmax, waiting)
+        if running or waiting:
+            busy += 1
+        if preemptions is not None:
+            ptot += preemptions
+            if preemptions:
+                plines += 1
+                if pfirst is None and st.preemption_first is None:
+                    pfirst = i
+        for u in usages:
+            samples += 1
+            klast = u
+            if kmax is None or u > kmax:
+                kmax, kmax_i = u, i
+            step = _usage_step(u)
+            t = touched.get(step)
+            if t is None:
+                touched[step] = [1, None if step in st.kv_usage_hist else i, i]
+            else:
+                t[0] += 1
+                t[2] = i
+        if hit is not None:
+            hit_last = hit
+        if deferred:
+            deferred_lines += 1
+        usage = usages[-1] if usages else None
+        if running == 1 and waiting - deferred > 0:
+            single_n += 1
+            if single_first is None and st.single_running_first is None:
+                single_first = i
+            if usage is not None and (single_kmax is None or usage > single_kmax):
+                single_kmax = usage
+        if running and usage is not None and not v0 and not aggregated:
+            wl_lines += 1
+            wl_p += ptps or 0.0
+            wl_g += gtps or 0.0
+            wl_r += running
+            wl_u += usage
+            if wl_first is None and st.workload_first is None:
+                wl_first = i
+            wl_last = i
+        if running or waiting or ptps or gtps:
+            active.append((ptps, gtps, running, waiting, usage, hit))
+    if v0_engine is not None:
+        f = fact(v0_engine)
+        facts.engine.append(Fact("v0", f.line, f.rank, f.raw, "v0_stats", f.run, f.dp))
+    st.lines, st.running_max, st.waiting_max, st.busy_lines = lines, rmax, wmax, busy
+    st.preemptions_total, st.preemption_lines = ptot, plines
+    if pfirst is not None:
+        st.preemption_first = fact(pfirst)
+    st.kv_usage_samples, st.kv_usage_last, st.kv_usage_max = samples, klast, kmax
+    if kmax_i is not None:
+        st.kv_usage_max_fact = fact(kmax_i)
+    hist = st.kv_usage_hist
+    for step, (count, first, last) in touched.items():  # first-touch order: new buckets as add_kv_usage adds them
+        b = hist.get(step)
+        if b is None:
+            hist[step] = UsageBucket(count, fact(first), fact(last))
+        else:
+            b.count += count
+            b.last = fact(last)
+    st.prefix_hit_last, st.deferred_lines = hit_last, deferred_lines
+    st.single_running_with_queue, st.single_running_kv_usage_max = single_n, single_kmax
+    if single_first is not None:
+        st.single_running_first = fact(single_first)
+    st.workload_lines, st.prompt_tps_sum, st.gen_tps_sum, st.running_sum, st.kv_usage_running_sum = wl_lines, wl_p, wl_g, wl_r, wl_u
+    if wl_first is not None:
+        st.workload_first = fact(wl_first)
+    if wl_last is not None:
+        st.workload_last = fact(wl_last)
+    if active:
+        _count_series(st.series, active)
+
+
+def _count_series(series: dict, active: list[tuple]) -> None:
+    """``StatsSummary.add_samples`` for each of ``active``'s lines, one figure at a time."""
+    if not series:
+        series.update((name, {}) for name in SERIES)
+    for j, name in enumerate(SERIES):
+        counts = series[name]
+        col = [t[j] for t in active if t[j] is not None]
+        if len(counts) + len(col) <= SERIES_MAX_VALUES:
+            # below the cap whatever the values: no value is rounded, and Counter keeps first-seen order
+            for v, n in Counter(col).items():
+                counts[v] = counts.get(v, 0) + n
+            continue
+        for value in col:
+            if len(counts) >= SERIES_MAX_VALUES:
+                value = float(f"{value:.3g}")
+            counts[value] = counts.get(value, 0) + 1
