@@ -191,6 +191,12 @@ def test_inlined_usage_step_and_cached_values_agree():
                  "Pending: 2 reqs, GPU KV cache usage: 5.0%, CPU KV cache usage: 9.0%"]:
         m = stats.search(text)
         assert B.stats_values(m) == B.parse_stats(m) == B.stats_values(stats.search(text))
+        assert B._TAIL_FINDALL  # the fast tail read is in use; its fallback reads the same
+        B._TAIL_FINDALL = False
+        try:
+            assert B.parse_stats(m) == B.stats_values(m)
+        finally:
+            B._TAIL_FINDALL = True
 
 
 def test_damaged_figures_are_no_sample_and_no_crash():
@@ -211,3 +217,25 @@ def test_the_keyword_trie_finds_what_the_flat_alternation_finds(text):
     flat = re.compile("|".join(re.escape(k) for k in kws))
     trie = X._dispatch_tables()[2]
     assert [m.span() for m in trie.finditer(text)] == [m.span() for m in flat.finditer(text)]
+
+
+STATS_RX = next(p for p in X._dispatch_tables()[0] if p.name == "stats").regex
+
+
+def test_the_stats_search_takes_its_fast_path():
+    """A change to the stats pattern's head silently sent every stats line through the plain search (~3x the
+    time): the fast path must recognise the catalogue's pattern."""
+    X._stats_search(STATS_RX, "Avg prompt throughput: 1 tokens/s")
+    assert X._STATS_FAST == [STATS_RX, True]
+
+
+_PIECES = ["Engine ", "000", "7", "12", ": ", " Engines Aggregated", "Avg prompt throughput: ", "1.0 tokens/s, ",
+           "Avg generation throughput: 2.0 tokens/s, Running: 3 reqs, Waiting: 0 reqs", ", GPU KV cache usage: 5.0%",
+           "x", " ", "\u0663", "Engine 000: Avg prompt throughput: "]
+
+
+@settings(max_examples=400, deadline=None)
+@given(s.lists(s.sampled_from(_PIECES), max_size=12).map("".join))
+def test_the_stats_search_finds_what_the_plain_search_finds(text):
+    got, want = X._stats_search(STATS_RX, text), STATS_RX.search(text)
+    assert (got and (got.span(), got.groups())) == (want and (want.span(), want.groups()))

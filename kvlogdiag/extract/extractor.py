@@ -123,15 +123,21 @@ def _drop_cut_entry(d: dict, line: Line) -> dict:
 # Its leftmost match can only begin at the first "Avg prompt throughput: " or at the prefix ending
 # right there (a prefix cannot contain the keyword, so no match starts further left), which
 # `_stats_search` computes before searching from that point: the same match, ~0.8 µs sooner a line.
-_STATS_HEAD = r"(?:(?:Engine (?P<engine>\d+)|(?P<aggregated>\d+) Engines Aggregated): )?Avg prompt throughput: "
-_STATS_FAST: dict = {}  # stats regex -> its head is _STATS_HEAD (else: plain search)
+# the aggregated count's look-behind (a ReDoS guard: no retry at every digit of a run) lets a match begin only
+# at the first digit of the run, where the search below starts anyway
+_STATS_HEAD = r"(?:(?:Engine (?P<engine>\d+)|(?<!\d)(?P<aggregated>\d+) Engines Aggregated): )?Avg prompt throughput: "
+# (stats regex, its head is _STATS_HEAD (else: plain search)) of the last call, compared by identity: a
+# Pattern's hash covers its whole compiled program (~9 µs for this one), too slow for a dict key per line
+_STATS_FAST: list = [None, False]
 
 
 def _stats_search(rx: re.Pattern, text: str) -> re.Match | None:
     """``rx.search(text)`` for the catalogue's stats pattern, searching from where a match can start."""
-    fast = _STATS_FAST.get(rx)
-    if fast is None:
-        fast = _STATS_FAST[rx] = rx.pattern.startswith(_STATS_HEAD) and not rx.flags & (re.ASCII | re.IGNORECASE | re.VERBOSE)
+    if _STATS_FAST[0] is rx:
+        fast = _STATS_FAST[1]
+    else:
+        fast = rx.pattern.startswith(_STATS_HEAD) and not rx.flags & (re.ASCII | re.IGNORECASE | re.VERBOSE)
+        _STATS_FAST[:] = [rx, fast]
     if not fast:
         return rx.search(text)
     at = text.find("Avg prompt throughput: ")

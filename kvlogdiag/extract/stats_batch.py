@@ -76,23 +76,32 @@ def parse_stats(m: Any) -> tuple | None:
         hit = None
         if rest:
             v0 = swapped is not None
-            for tm in STATS_TAIL.finditer(rest):
-                p, device, usage, h, d = tm.group("preemptions", "device", "kv_usage", "hit", "deferred")
-                if p is not None:
+            # findall gives "" for a group that took no part: none of these can match empty
+            for p, device, usage, h, d in (STATS_TAIL.findall(rest) if _TAIL_FINDALL else _tail_groups(rest)):
+                if p:
                     preemptions = (preemptions or 0) + int(p)
-                elif usage is not None:
+                elif usage:
                     if device == "CPU" and v0:
                         continue  # V0 'CPU KV cache usage' is the swap space, not the KV pool (KVD013)
                     usages.append(float(usage))
-                elif h is not None:
+                elif h:
                     hit = float(h)
-                elif d is not None:
+                elif d:
                     deferred = int(d)
         engine = int(e) if e is not None else None
     except ValueError:
         return None
     return (engine, agg is not None, swapped is not None, running, waiting, deferred, preemptions,
             tuple(usages), hit, _float(ptps), _float(gtps))
+
+
+_TAIL_NAMES = ("preemptions", "device", "kv_usage", "hit", "deferred")
+# STATS_TAIL.findall yields exactly these groups, in this order (else: by name, below)
+_TAIL_FINDALL = STATS_TAIL.groups == 5 and all(STATS_TAIL.groupindex.get(n) == i + 1 for i, n in enumerate(_TAIL_NAMES))
+
+
+def _tail_groups(rest: str) -> list[tuple]:
+    return [tuple(g or "" for g in tm.group(*_TAIL_NAMES)) for tm in STATS_TAIL.finditer(rest)]
 
 
 def _usage_step(pct: float) -> int:
@@ -229,12 +238,15 @@ def _count_series(series: dict, active: list[tuple]) -> None:
     for j, name in enumerate(SERIES):
         counts = series[name]
         col = [t[j] for t in active if t[j] is not None]
-        if len(counts) + len(col) <= SERIES_MAX_VALUES:
-            # below the cap whatever the values: no value is rounded, and Counter keeps first-seen order
-            for v, n in Counter(col).items():
-                counts[v] = counts.get(v, 0) + n
-            continue
-        for value in col:
-            if len(counts) >= SERIES_MAX_VALUES:
-                value = float(f"{value:.3g}")
-            counts[value] = counts.get(value, 0) + 1
+        k = 0
+        if len(counts) + len(col) > SERIES_MAX_VALUES:
+            # one value at a time until the cap is reached; from then on (a dict never shrinks) every value
+            # is rounded, as add_samples rounds it
+            while k < len(col) and len(counts) < SERIES_MAX_VALUES:
+                v = col[k]
+                counts[v] = counts.get(v, 0) + 1
+                k += 1
+            col = [float(f"{v:.3g}") for v in col[k:]]
+        # Counter keeps first-seen order, so new keys enter `counts` in the order add_samples adds them
+        for v, n in Counter(col).items():
+            counts[v] = counts.get(v, 0) + n
