@@ -110,7 +110,8 @@ def _usage_step(pct: float) -> int:
         return 0
     if pct >= 100:
         return KV_USAGE_STEPS
-    return min(KV_USAGE_STEPS, math.floor(pct * 10 + 1e-6))
+    step = math.floor(pct * 10 + 1e-6)
+    return step if step < KV_USAGE_STEPS else KV_USAGE_STEPS
 
 
 def fold(facts: LogFacts, batch: list, fact_of: Callable[[Any], Fact]) -> None:
@@ -156,8 +157,10 @@ def fold(facts: LogFacts, batch: list, fact_of: Callable[[Any], Fact]) -> None:
         lines += 1
         if engine is not None:
             engines.add(engine)
-        rmax = running if rmax is None else max(rmax, running)
-        wmax = waiting if wmax is None else max(wmax, waiting)
+        if rmax is None or running > rmax:  # max(), without the call
+            rmax = running
+        if wmax is None or waiting > wmax:
+            wmax = waiting
         if running or waiting:
             busy += 1
         if preemptions is not None:
