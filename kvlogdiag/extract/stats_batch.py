@@ -27,7 +27,7 @@ from typing import Any, Callable
 from kvlogdiag.catalogue.patterns import STATS_TAIL
 from kvlogdiag.extract.facts import KV_USAGE_STEPS, SERIES, SERIES_MAX_VALUES, Fact, LogFacts, UsageBucket
 
-BATCH_LINES = 4096  # matches held at most (each keeps its line's text): memory stays flat
+BATCH_LINES = 1024  # matches held at most (each with its Line): memory stays flat (~1 MB)
 
 _HEAD_GROUPS = ("engine", "aggregated", "prompt_tps", "gen_tps", "running", "swapped", "pending", "waiting", "rest")
 
@@ -43,7 +43,7 @@ def _float(text: str | None) -> float | None:
 
 
 _VALUES: dict[str, tuple | None] = {}  # matched text -> its figures: idle engines print the same line for hours
-_VALUES_MAX = 8192
+_VALUES_MAX = 4096
 
 
 def stats_values(m: Any) -> tuple | None:
