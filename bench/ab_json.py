@@ -3,7 +3,7 @@
 
     python bench/ab_json.py --old OLD_TREE sample_logs tests/data [more files or folders]
 
-``OLD_TREE`` is a checkout of kvlogdiag (e.g. ``git worktree add /tmp/old HEAD~3`` or a ``git archive``
+``OLD_TREE`` is a checkout of kvlogdiag (e.g. ``git worktree add ../old HEAD~3`` or a ``git archive``
 of it); each side runs in its own process (the other side's package on ``PYTHONPATH``), analyses every
 file in-process with the default options (``--run all``: every server start) and the two outputs are
 compared file by file. Prints the files whose JSON differs (or whose error differs) and exits 1 if any
