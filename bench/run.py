@@ -528,6 +528,7 @@ def render(rows: list) -> list[list]:
     return out
 
 
+SECTIONS = ("long", "shapes", "scaling", "watch", "archive", "dask", "startup", "kv")  # for --only
 HEADERS = ["section", "case", "wall s", "CPU s", "peak RSS MB", "figure", "target", "result"]
 
 
@@ -567,7 +568,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description="kvlogdiag performance benchmark")
     ap.add_argument("--quick", action="store_true", help="small inputs (a smoke test of this script)")
     ap.add_argument("--no-doc", action="store_true", help="do not rewrite docs/performance.md")
+    ap.add_argument("--only", metavar="SECTIONS", type=lambda v: set(v.split(",")), default=None,
+                    help=f"run only these sections (comma-separated: {','.join(SECTIONS)}); implies --no-doc")
     args = ap.parse_args()
+    if args.only and not args.only <= set(SECTIONS):
+        ap.error(f"--only: unknown section(s) {', '.join(sorted(args.only - set(SECTIONS)))}; choose from {','.join(SECTIONS)}")
+    want = args.only or set(SECTIONS)
+    if args.only:
+        args.no_doc = True  # a partial table must not replace the full one
     t_start = time.perf_counter()
     started = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     command = " ".join(shlex.quote(a) for a in [os.path.relpath(sys.executable, ROOT) if sys.executable.startswith(ROOT) else sys.executable,
@@ -587,27 +595,41 @@ def main() -> int:
 
     rows: list = []
     notes: list = []
-    print("long log ...", flush=True)
-    big = section_long(rows, notes, logs[-1], reps)
-    print("shapes ...", flush=True)
-    shape_res = section_shapes(rows, shapes, reps)
-    print("scaling ...", flush=True)
-    scaling = section_scaling(rows, logs, big["kv"], reps)
-    print("live pipe ...", flush=True)
-    section_watch(rows, logs[1])
-    print("archive ...", flush=True)
-    scan_res = section_scan(rows, arch)
-    small_scan = run([KVLOGDIAG, "scan", "--no-progress", "--fail-on", "never", "-j", "2", arch_small["path"]], drain=True)
-    print("dask ...", flush=True)
-    section_dask(rows, arch)
-    print("start-up ...", flush=True)
-    base_cpu = section_startup(rows, notes, small)
-    print("KV lines ...", flush=True)
-    import kv_lines  # issue 18: memory of a log that repeats its KV lines (bench/kv_lines.py)
+    big: dict = {"kv": None}
+    shape_res: list = []
+    scaling: list = []
+    scan_res: dict = {}
+    if "long" in want:
+        print("long log ...", flush=True)
+        big = section_long(rows, notes, logs[-1], reps)
+    if "shapes" in want:
+        print("shapes ...", flush=True)
+        shape_res = section_shapes(rows, shapes, reps)
+    if "scaling" in want:
+        print("scaling ...", flush=True)
+        scaling = section_scaling(rows, logs, big["kv"], reps)
+    if "watch" in want:
+        print("live pipe ...", flush=True)
+        section_watch(rows, logs[1])
+    if "archive" in want:
+        print("archive ...", flush=True)
+        scan_res = section_scan(rows, arch)
+        small_scan = run([KVLOGDIAG, "scan", "--no-progress", "--fail-on", "never", "-j", "2", arch_small["path"]], drain=True)
+    if "dask" in want:
+        print("dask ...", flush=True)
+        section_dask(rows, arch)
+    extra: list = []
+    if "startup" in want:
+        print("start-up ...", flush=True)
+        base_cpu = section_startup(rows, notes, small)
+    if "kv" in want:
+        print("KV lines ...", flush=True)
+        import kv_lines  # issue 18: memory of a log that repeats its KV lines (bench/kv_lines.py)
 
-    kv_lines.section_kv_lines(rows, quick=args.quick)
-    files = [(arch_small["files"], small_scan)] + ([(arch["files"], scan_res[2])] if 2 in scan_res else [])
-    extra = growth(scaling, shape_res, files, base_cpu)
+        kv_lines.section_kv_lines(rows, quick=args.quick)
+    if not args.only:
+        files = [(arch_small["files"], small_scan)] + ([(arch["files"], scan_res[2])] if 2 in scan_res else [])
+        extra = growth(scaling, shape_res, files, base_cpu)
 
     table = render(rows)
     print()

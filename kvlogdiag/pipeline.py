@@ -187,9 +187,11 @@ class Analyzer:
         self.window: Any = None
         self.timelines = False  # record per-run KV usage / preemption timelines (scan --html)
         self.last_feed: Any = None  # the TimedFeed of the last read (its timelines), when one was installed
+        self._batch_stats = False  # extractors made now fold stats lines in batches (`read`)
 
     def new_extractor(self, source: str) -> Extractor:
         ex = Extractor(source)
+        ex.batch_stats = self._batch_stats
         if self.rules.line_patterns:
             matcher = LineMatcher(self.rules.line_patterns)
             ex.line_hook = matcher
@@ -233,17 +235,29 @@ class Analyzer:
     def read(self, fh: BinaryIO, source: str, session: "Session | ContainerSessions") -> LineStats:
         """Feed every (candidate) line of ``fh`` into ``session``."""
         stats = LineStats()
-        if self.window is not None or self.timelines:
+        # stats lines in batches (kvlogdiag/extract/stats_batch.py) unless a TimedFeed reads the summary
+        # after each line
+        batch = self.window is None and not self.timelines
+        if not batch:
             from kvlogdiag.timeline import TimedFeed
 
             session = self.last_feed = TimedFeed(session, source, self.window, self.timelines)  # type: ignore[assignment]
+        elif isinstance(session, Session):
+            session.extractor.batch_stats = True
         width = detect_hard_wrap(fh, source)
         if width:  # a paste cut into fixed-width rows: rejoin them (every row must be seen)
             lines = unwrap_lines(iter_lines(fh, source, None, stats), width)
         else:
             lines = iter_lines(fh, source, self.line_prefilter(), stats)
-        for line in lines:
-            session.feed(line)
+        self._batch_stats = batch
+        try:
+            for line in lines:
+                session.feed(line)
+        finally:
+            self._batch_stats = False
+        if batch:
+            for s in session.sessions.values() if isinstance(session, ContainerSessions) else [session]:
+                s.extractor.flush_stats()  # type: ignore[union-attr]
         return stats
 
     def analyze_facts(self, facts: LogFacts) -> Analysis:

@@ -420,7 +420,8 @@ def normalise_message(text: str) -> str:
         if "Avg prompt throughput" not in text and _GROUP_HINT.search(text, 0, NUMBER_WINDOW):
             text = _GROUPED.sub(_ungroup, text)
         spaced = "  " in text or "\t" in text
-        if not spaced and " #" not in text and "\t#" not in text:
+        # "#" alone is found by memchr; the two-character searches are 3-4x slower (the usual line has no "#")
+        if not spaced and ("#" not in text or " #" not in text and "\t#" not in text):
             return text
     k = _MSG_START.match(text).end()  # type: ignore[union-attr]  # (it can match empty)
     body = text[k:]

@@ -1,0 +1,255 @@
+"""Stats lines in batches: the runtime lines of a long log read into `StatsSummary` a batch at a time.
+
+A long log is mostly ``Avg prompt throughput: ...`` stats lines (one per engine every 10 s). Read one at
+a time, each line built a `Fact`, went through `StatsSummary.add_sample` / ``add_kv_usage`` /
+``add_samples`` and six dict updates: ~14 µs of Python per line. `StatsBatch` keeps the matches of up
+to `BATCH_LINES` consecutive stats lines of one run (the extractor flushes it before any other line, a
+new run and the end of the input, so nothing else ever sees a half-fed summary) and folds them into the
+summary in one pass over local variables:
+
+* `Fact` objects are built only for the lines the summary keeps (the first and last line of each KV-usage
+  step touched, a new peak, the first preemption, ...), one per line at most, shared as before;
+* each figure's distribution (``StatsSummary.series``) is counted per batch (`collections.Counter`),
+  unless the batch could reach `SERIES_MAX_VALUES` distinct values, where values are rounded one by
+  one in line order exactly as ``add_samples`` does.
+
+Both paths read a match through `stats_values`, so a figure is converted the same way; the per-line
+path (``Extractor._h_stats``) stays for ``watch`` (its listeners hear every peak as it happens) and
+the timelines of ``scan --html``, and is the oracle of ``tests/test_stats_batch.py``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any, Callable
+
+from kvlogdiag.catalogue.patterns import STATS_TAIL
+from kvlogdiag.extract.facts import KV_USAGE_STEPS, SERIES, SERIES_MAX_VALUES, Fact, LogFacts, UsageBucket
+
+BATCH_LINES = 1024  # matches held at most (each with its Line): memory stays flat (~1 MB)
+
+_HEAD_GROUPS = ("engine", "aggregated", "prompt_tps", "gen_tps", "running", "swapped", "pending", "waiting", "rest")
+
+
+def _float(text: str | None) -> float | None:
+    if text is None or len(text) > 40:
+        return None
+    try:
+        v = float(text)
+    except ValueError:
+        return None
+    return v if math.isfinite(v) else None
+
+
+_VALUES: dict[str, tuple | None] = {}  # matched text -> its figures: idle engines print the same line for hours
+_VALUES_MAX = 4096
+
+
+def stats_values(m: Any) -> tuple | None:
+    """The figures of one stats-line match: (engine, aggregated, v0, running, waiting, deferred,
+    preemptions, usages, hit, prompt_tps, gen_tps); None when a count or a percentage of the line is
+    damaged (``1.2.3 %``, a run of thousands of digits): such a line is no sample.
+
+    The figures are a function of the matched text alone (the pattern's one look-behind only decides
+    whether a match may start where it does), so they are kept by that text."""
+    key = m.group(0)
+    got = _VALUES.get(key, False)
+    if got is not False:
+        return got  # type: ignore[return-value]
+    if len(_VALUES) >= _VALUES_MAX:
+        _VALUES.clear()
+    got = _VALUES[key] = parse_stats(m)
+    return got
+
+
+def parse_stats(m: Any) -> tuple | None:
+    """`stats_values` without its cache."""
+    e, agg, ptps, gtps, running_s, swapped, pending, waiting_s, rest = m.group(*_HEAD_GROUPS)
+    try:
+        running = int(running_s)
+        ws = waiting_s if waiting_s is not None else pending
+        waiting = int(ws) if ws is not None else 0
+        deferred = 0
+        usages: list[float] = []
+        preemptions = None
+        hit = None
+        if rest:
+            v0 = swapped is not None
+            # findall gives "" for a group that took no part: none of these can match empty
+            for p, device, usage, h, d in (STATS_TAIL.findall(rest) if _TAIL_FINDALL else _tail_groups(rest)):
+                if p:
+                    preemptions = (preemptions or 0) + int(p)
+                elif usage:
+                    if device == "CPU" and v0:
+                        continue  # V0 'CPU KV cache usage' is the swap space, not the KV pool (KVD013)
+                    usages.append(float(usage))
+                elif h:
+                    hit = float(h)
+                elif d:
+                    deferred = int(d)
+        engine = int(e) if e is not None else None
+    except ValueError:
+        return None
+    return (engine, agg is not None, swapped is not None, running, waiting, deferred, preemptions,
+            tuple(usages), hit, _float(ptps), _float(gtps))
+
+
+_TAIL_NAMES = ("preemptions", "device", "kv_usage", "hit", "deferred")
+# STATS_TAIL.findall yields exactly these groups, in this order (else: by name, below)
+_TAIL_FINDALL = STATS_TAIL.groups == 5 and all(STATS_TAIL.groupindex.get(n) == i + 1 for i, n in enumerate(_TAIL_NAMES))
+
+
+def _tail_groups(rest: str) -> list[tuple]:
+    return [tuple(g or "" for g in tm.group(*_TAIL_NAMES)) for tm in STATS_TAIL.finditer(rest)]
+
+
+def _usage_step(pct: float) -> int:
+    # facts.usage_step, inlined for the hot loop (tests/test_stats_batch.py checks they agree)
+    if not pct > 0:
+        return 0
+    if pct >= 100:
+        return KV_USAGE_STEPS
+    step = math.floor(pct * 10 + 1e-6)
+    return step if step < KV_USAGE_STEPS else KV_USAGE_STEPS
+
+
+def fold(facts: LogFacts, batch: list, fact_of: Callable[[Any], Fact]) -> None:
+    """Fold ``batch`` — (values of `stats_values`, line) pairs of consecutive stats lines, in log order —
+    into ``facts.stats`` exactly as one ``Extractor._h_stats`` call per line would (listeners aside: the
+    batch is used only when nobody listens). ``fact_of(line)`` builds a line's `Fact`."""
+    if not batch:
+        return
+    st = facts.stats
+    made: dict[int, Fact] = {}
+
+    def fact(i: int) -> Fact:
+        f = made.get(i)
+        if f is None:
+            f = made[i] = fact_of(batch[i][1])
+        return f
+
+    lines = st.lines
+    engines = st.engines
+    rmax, wmax = st.running_max, st.waiting_max
+    busy = st.busy_lines
+    ptot, plines = st.preemptions_total, st.preemption_lines
+    pfirst: int | None = None
+    samples = st.kv_usage_samples
+    klast = st.kv_usage_last
+    kmax = st.kv_usage_max
+    kmax_i: int | None = None
+    hit_last = st.prefix_hit_last
+    deferred_lines = st.deferred_lines
+    single_n = st.single_running_with_queue
+    single_first: int | None = None
+    single_kmax = st.single_running_kv_usage_max
+    wl_lines, wl_p, wl_g, wl_r, wl_u = st.workload_lines, st.prompt_tps_sum, st.gen_tps_sum, st.running_sum, st.kv_usage_running_sum
+    wl_first: int | None = None
+    wl_last: int | None = None
+    touched: dict[int, list] = {}  # usage step -> [count, first index (new bucket) or None, last index]
+    active: list[tuple] = []
+    v0_engine: int | None = None
+    for i, (vals, _line) in enumerate(batch):
+        engine, aggregated, v0, running, waiting, deferred, preemptions, usages, hit, ptps, gtps = vals
+        if v0 and v0_engine is None and not facts.engine:
+            v0_engine = i
+        lines += 1
+        if engine is not None:
+            engines.add(engine)
+        if rmax is None or running > rmax:  # max(), without the call
+            rmax = running
+        if wmax is None or waiting > wmax:
+            wmax = waiting
+        if running or waiting:
+            busy += 1
+        if preemptions is not None:
+            ptot += preemptions
+            if preemptions:
+                plines += 1
+                if pfirst is None and st.preemption_first is None:
+                    pfirst = i
+        for u in usages:
+            samples += 1
+            klast = u
+            if kmax is None or u > kmax:
+                kmax, kmax_i = u, i
+            step = _usage_step(u)
+            t = touched.get(step)
+            if t is None:
+                touched[step] = [1, None if step in st.kv_usage_hist else i, i]
+            else:
+                t[0] += 1
+                t[2] = i
+        if hit is not None:
+            hit_last = hit
+        if deferred:
+            deferred_lines += 1
+        usage = usages[-1] if usages else None
+        if running == 1 and waiting - deferred > 0:
+            single_n += 1
+            if single_first is None and st.single_running_first is None:
+                single_first = i
+            if usage is not None and (single_kmax is None or usage > single_kmax):
+                single_kmax = usage
+        if running and usage is not None and not v0 and not aggregated:
+            wl_lines += 1
+            wl_p += ptps or 0.0
+            wl_g += gtps or 0.0
+            wl_r += running
+            wl_u += usage
+            if wl_first is None and st.workload_first is None:
+                wl_first = i
+            wl_last = i
+        if running or waiting or ptps or gtps:
+            active.append((ptps, gtps, running, waiting, usage, hit))
+    if v0_engine is not None:
+        f = fact(v0_engine)
+        facts.engine.append(Fact("v0", f.line, f.rank, f.raw, "v0_stats", f.run, f.dp))
+    st.lines, st.running_max, st.waiting_max, st.busy_lines = lines, rmax, wmax, busy
+    st.preemptions_total, st.preemption_lines = ptot, plines
+    if pfirst is not None:
+        st.preemption_first = fact(pfirst)
+    st.kv_usage_samples, st.kv_usage_last, st.kv_usage_max = samples, klast, kmax
+    if kmax_i is not None:
+        st.kv_usage_max_fact = fact(kmax_i)
+    hist = st.kv_usage_hist
+    for step, (count, first, last) in touched.items():  # first-touch order: new buckets as add_kv_usage adds them
+        b = hist.get(step)
+        if b is None:
+            hist[step] = UsageBucket(count, fact(first), fact(last))
+        else:
+            b.count += count
+            b.last = fact(last)
+    st.prefix_hit_last, st.deferred_lines = hit_last, deferred_lines
+    st.single_running_with_queue, st.single_running_kv_usage_max = single_n, single_kmax
+    if single_first is not None:
+        st.single_running_first = fact(single_first)
+    st.workload_lines, st.prompt_tps_sum, st.gen_tps_sum, st.running_sum, st.kv_usage_running_sum = wl_lines, wl_p, wl_g, wl_r, wl_u
+    if wl_first is not None:
+        st.workload_first = fact(wl_first)
+    if wl_last is not None:
+        st.workload_last = fact(wl_last)
+    if active:
+        _count_series(st.series, active)
+
+
+def _count_series(series: dict, active: list[tuple]) -> None:
+    """``StatsSummary.add_samples`` for each of ``active``'s lines, one figure at a time."""
+    if not series:
+        series.update((name, {}) for name in SERIES)
+    for j, name in enumerate(SERIES):
+        counts = series[name]
+        col = [t[j] for t in active if t[j] is not None]
+        k = 0
+        if len(counts) + len(col) > SERIES_MAX_VALUES:
+            # one value at a time until the cap is reached; from then on (a dict never shrinks) every value
+            # is rounded, as add_samples rounds it
+            while k < len(col) and len(counts) < SERIES_MAX_VALUES:
+                v = col[k]
+                counts[v] = counts.get(v, 0) + 1
+                k += 1
+            col = [float(f"{v:.3g}") for v in col[k:]]
+        # Counter keeps first-seen order, so new keys enter `counts` in the order add_samples adds them
+        for v, n in Counter(col).items():
+            counts[v] = counts.get(v, 0) + n
