@@ -200,4 +200,6 @@ def __getattr__(name: str) -> Any:
 
 def main() -> None:
     """The ``kvlogdiag`` console script."""
-    cli.main(prog_name="kvlogdiag")
+    from kvlogdiag.cli.fastexit import exit_now
+
+    exit_now(cli.run(prog_name="kvlogdiag"))  # sys.exit, or os._exit for a command that allows it (cli/fastexit.py)
