@@ -89,6 +89,32 @@ def loads(text: str, remember: bool = False) -> dict[str, Any]:
     return data
 
 
+def get_json(text: str) -> Any:
+    """A value stored with `put_json` under ``text`` (e.g. a rule file's parsed conditions), or None; kept
+    for the next `flush` like a `loads` entry looked up with ``remember``."""
+    key = _key("\0json\0" + text)
+    hit = _load_disk().get(key) or _used.get(key)
+    if hit is None:
+        return None
+    try:
+        value = json.loads(hit)
+    except (ValueError, RecursionError):
+        return None
+    _used[key] = hit
+    return value
+
+
+def put_json(text: str, value: Any) -> None:
+    """Keep ``value`` (plain JSON data) under ``text`` in the cache file, written by the next `flush`."""
+    global _dirty
+    try:
+        enc = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):
+        return
+    _used[_key("\0json\0" + text)] = enc
+    _dirty = True
+
+
 def flush() -> None:
     """Write the cache file when `loads` parsed something new (atomically; errors are ignored)."""
     global _dirty, _disk
