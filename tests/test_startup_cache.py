@@ -131,3 +131,20 @@ def test_quick_exit_only_when_allowed_and_no_other_thread_runs():
              "threading.Thread(target=lambda: (time.sleep(0.2), print('thread done'))).start()\n"
              "fastexit.exit_now(5)\n")
     assert (r.returncode, r.stdout) == (5, "thread done\n")
+
+
+def test_the_group_by_choices_of_the_light_option_module_are_the_deployment_ones():
+    from kvlogdiag.cli.deployment_options import GROUP_BY
+    from kvlogdiag.deployment_result import GROUP_BY as REAL
+
+    assert GROUP_BY == REAL
+
+
+def test_no_time_window_option_imports_no_time_parsing():
+    from kvlogdiag.cli.timewindow import window_from_options
+    from kvlogdiag.input.timestamps import parse_tz
+
+    assert window_from_options(None, None, None) is None and parse_tz(None) is None  # the same answer either way
+    assert window_from_options(None, None, "UTC") is None
+    with pytest.raises(Exception, match="log-tz"):
+        window_from_options(None, None, "+15:00")

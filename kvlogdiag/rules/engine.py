@@ -21,13 +21,12 @@ import difflib
 import functools
 import math
 import re
-import sys
 from dataclasses import dataclass, field
 from dataclasses import fields as dataclass_fields
-from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from kvlogdiag import pkgdata
 from kvlogdiag.errors import KvlogdiagError
 from kvlogdiag.extract.commands import is_vllm_flag
 from kvlogdiag.extract.facts import Fact, LogFacts
@@ -60,11 +59,7 @@ from kvlogdiag.rules.context import (
     provider_names,
     version_cmp,
 )
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
+from kvlogdiag.tomlcache import tomllib  # imported on first use
 
 SEVERITIES = ("info", "warning", "error")
 SEVERITY_RANK = {s.label: int(s) for s in Severity} | {"never": Severity.threshold("never")}  # by name
@@ -254,10 +249,9 @@ class RuleSet:
 def builtin_rule_files() -> list[tuple[str, bytes]]:
     """(name, content) of every rule shipped with kvlogdiag."""
     out = []
-    root = resources.files("kvlogdiag.rules.builtin")
-    for entry in sorted(root.iterdir(), key=lambda e: e.name):
-        if entry.name.endswith(".toml"):
-            out.append((f"kvlogdiag/rules/builtin/{entry.name}", entry.read_bytes()))
+    for name in pkgdata.names("rules", "builtin"):
+        if name.endswith(".toml"):
+            out.append((f"kvlogdiag/rules/builtin/{name}", pkgdata.read_bytes("rules", "builtin", name)))
     return out
 
 
