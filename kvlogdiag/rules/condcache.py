@@ -3,7 +3,7 @@
 Tokenizing and parsing the ~220 conditions of the built-in rules costs ~15 ms of CPU on every start
 (docs/performance.md, "Session 6"). Each rule file's conditions are stored as small JSON trees in the
 cache of `kvlogdiag.tomlcache`, keyed by the file's exact text and by the parser itself (size and
-modification time of ``condition.py``, the ``regex`` version that checked the patterns), so an edited
+modification time of ``condition.py`` and of the installed ``regex``, which checked the patterns), so an edited
 rule or parser is simply a miss. A stored tree is used only after the checks that depend on anything
 but the text pass again — every name is known to this rule, every function is registered and takes
 that many arguments —; otherwise the condition is parsed, and the parser raises its own error.
@@ -11,6 +11,7 @@ that many arguments —; otherwise the condition is parsed, and the parser raise
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from typing import Any, Callable, Mapping
 
@@ -19,13 +20,21 @@ from kvlogdiag.rules import condition as _c
 KIND = "conditions-v1"
 
 
-def _parser_key() -> str:
+def _stamp(path: str | None) -> str:
     try:
-        st = os.stat(_c.__file__)
-        where = f"{st.st_size}:{st.st_mtime_ns}"
+        st = os.stat(path)  # type: ignore[arg-type]
+        return f"{st.st_size}:{st.st_mtime_ns}"
     except (OSError, TypeError):
-        where = "?"
-    return f"{KIND}|{where}|{getattr(_c.regex, '__version__', '?')}"
+        return "?"
+
+
+def _parser_key() -> str:
+    """The parser's identity: its file, and the installed ``regex`` (which checked the patterns; found, not imported)."""
+    try:
+        spec = importlib.util.find_spec("regex")
+    except (ImportError, ValueError):
+        spec = None
+    return f"{KIND}|{_stamp(_c.__file__)}|{_stamp(spec.origin if spec else None)}"
 
 
 def encode(node: _c.Node) -> list:
