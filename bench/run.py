@@ -563,11 +563,20 @@ def write_doc(table_md: str, info: dict, notes: list, command: str, started: str
         fh.write(text)
 
 
+SECTIONS = ("long", "shapes", "scaling", "watch", "archive", "dask", "start-up")  # --only picks some of them
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description="kvlogdiag performance benchmark")
     ap.add_argument("--quick", action="store_true", help="small inputs (a smoke test of this script)")
     ap.add_argument("--no-doc", action="store_true", help="do not rewrite docs/performance.md")
+    ap.add_argument("--only", default=None, metavar="SECTIONS",
+                    help=f"run only these sections, comma-separated ({','.join(SECTIONS)}); implies --no-doc")
     args = ap.parse_args()
+    only = set(args.only.split(",")) if args.only else set(SECTIONS)
+    if only - set(SECTIONS):
+        ap.error(f"--only: unknown section(s) {', '.join(sorted(only - set(SECTIONS)))}; known: {', '.join(SECTIONS)}")
+    args.no_doc = args.no_doc or args.only is not None  # a partial run never replaces the whole results block
     t_start = time.perf_counter()
     started = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     command = " ".join(shlex.quote(a) for a in [os.path.relpath(sys.executable, ROOT) if sys.executable.startswith(ROOT) else sys.executable,
@@ -578,32 +587,45 @@ def main() -> int:
     n_archive = 500 if args.quick else 10_000
     reps = 1 if args.quick else 3
     print(f"kvlogdiag benchmark — {KVLOGDIAG}; inputs in {OUT}", flush=True)
-    logs = [long_log(s) for s in sizes]
+    logs = [long_log(s) for s in sizes] if only & {"long", "scaling", "watch"} else []
     shape_size = 20 * MB if args.quick else 200 * MB
-    shapes = [shape_log(name, shape_size) for name in gen.SHAPES]
+    shapes = [shape_log(name, shape_size) for name in gen.SHAPES] if "shapes" in only else []
     arch = archive(n_archive)
     arch_small = archive(n_archive // 10)
     small = os.path.join(arch["path"], "run00002.log")  # a vLLM 0.13 start-up log (gen._KINDS order)
 
     rows: list = []
     notes: list = []
-    print("long log ...", flush=True)
-    big = section_long(rows, notes, logs[-1], reps)
-    print("shapes ...", flush=True)
-    shape_res = section_shapes(rows, shapes, reps)
-    print("scaling ...", flush=True)
-    scaling = section_scaling(rows, logs, big["kv"], reps)
-    print("live pipe ...", flush=True)
-    section_watch(rows, logs[1])
-    print("archive ...", flush=True)
-    scan_res = section_scan(rows, arch)
-    small_scan = run([KVLOGDIAG, "scan", "--no-progress", "--fail-on", "never", "-j", "2", arch_small["path"]], drain=True)
-    print("dask ...", flush=True)
-    section_dask(rows, arch)
-    print("start-up ...", flush=True)
-    base_cpu = section_startup(rows, notes, small)
-    files = [(arch_small["files"], small_scan)] + ([(arch["files"], scan_res[2])] if 2 in scan_res else [])
-    extra = growth(scaling, shape_res, files, base_cpu)
+    big: dict = {"kv": None}
+    shape_res: list = []
+    scaling: list = []
+    scan_res: dict = {}
+    files: list = []
+    if "long" in only:
+        print("long log ...", flush=True)
+        big = section_long(rows, notes, logs[-1], reps)
+    if "shapes" in only:
+        print("shapes ...", flush=True)
+        shape_res = section_shapes(rows, shapes, reps)
+    if "scaling" in only:
+        print("scaling ...", flush=True)
+        scaling = section_scaling(rows, logs, big["kv"], reps)
+    if "watch" in only:
+        print("live pipe ...", flush=True)
+        section_watch(rows, logs[1])
+    if "archive" in only:
+        print("archive ...", flush=True)
+        scan_res = section_scan(rows, arch)
+        small_scan = run([KVLOGDIAG, "scan", "--no-progress", "--fail-on", "never", "-j", "2", arch_small["path"]], drain=True)
+        files = [(arch_small["files"], small_scan)] + ([(arch["files"], scan_res[2])] if 2 in scan_res else [])
+    if "dask" in only:
+        print("dask ...", flush=True)
+        section_dask(rows, arch)
+    base_cpu = 0.0
+    if "start-up" in only:
+        print("start-up ...", flush=True)
+        base_cpu = section_startup(rows, notes, small)
+    extra = growth(scaling, shape_res, files, base_cpu) if only == set(SECTIONS) else []
 
     table = render(rows)
     print()
