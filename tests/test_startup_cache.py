@@ -113,24 +113,43 @@ def _run(code: str) -> subprocess.CompletedProcess:
 
 
 def test_quick_exit_flushes_and_runs_exit_handlers():
-    r = _run("import atexit\nfrom kvlogdiag.cli import fastexit\nfastexit.allow()\n"
+    r = _run("import atexit, sys\nfrom kvlogdiag.cli import fastexit\nfastexit.console()\nfastexit.allow()\n"
              "atexit.register(lambda: print('handler'))\nprint('out', end='')\n"
-             "import sys\nsys.stderr.write('err')\nfastexit.exit_now(4)\n")
+             "sys.stderr.write('err')\nfastexit.exit_now(4)\nprint('not reached')\nsys.exit(9)\n")
     assert (r.returncode, r.stdout, r.stderr) == (4, "outhandler\n", "err")
 
 
 def test_quick_exit_only_when_allowed_and_no_other_thread_runs():
-    # not allowed: the ordinary exit (an object's finaliser still runs)
-    fin = "class F:\n    def __del__(self): print('finalised')\nf = F()\n"
-    r = _run(fin + "from kvlogdiag.cli import fastexit\nfastexit.exit_now(3)\n")
-    assert (r.returncode, r.stdout) == (3, "finalised\n")
-    r = _run(fin + "from kvlogdiag.cli import fastexit\nfastexit.allow()\nfastexit.exit_now(3)\n")
+    # not allowed: it returns, and the ordinary exit runs an object's finaliser as before
+    fin = "import sys\nclass F:\n    def __del__(self): print('finalised')\nf = F()\nfrom kvlogdiag.cli import fastexit\n"
+    r = _run(fin + "fastexit.exit_now(3)\nprint('returned')\nsys.exit(3)\n")
+    assert (r.returncode, r.stdout) == (3, "returned\nfinalised\n")
+    r = _run(fin + "fastexit.console()\nfastexit.allow()\nfastexit.exit_now(3)\nprint('not reached')\n")
     assert (r.returncode, r.stdout) == (3, "")
-    # a non-daemon thread still running: waited for, as before
-    r = _run("import threading, time\nfrom kvlogdiag.cli import fastexit\nfastexit.allow()\n"
+    r = _run(fin + "fastexit.allow()\nfastexit.exit_now(3)\nprint('in-process')\nsys.exit(3)\n")  # not the console script
+    assert (r.returncode, r.stdout) == (3, "in-process\nfinalised\n")
+    # a non-daemon thread still running: it returns, and the ordinary exit waits for the thread
+    r = _run("import sys, threading, time\nfrom kvlogdiag.cli import fastexit\nfastexit.console()\nfastexit.allow()\n"
              "threading.Thread(target=lambda: (time.sleep(0.2), print('thread done'))).start()\n"
-             "fastexit.exit_now(5)\n")
+             "fastexit.exit_now(5)\nsys.exit(5)\n")
     assert (r.returncode, r.stdout) == (5, "thread done\n")
+
+
+def test_analyze_ends_quickly_and_other_commands_do_not(tmp_path):
+    import os
+
+    from conftest import SAMPLE_LOGS_DIR
+
+    log = str(SAMPLE_LOGS_DIR / "v1_single_gpu.log")
+    probe = ("import os, sys\nfrom kvlogdiag.cli import fastexit\nreal = os._exit\n"
+             "def spy(code):\n    sys.stderr.write('QUICK %d\\n' % code); sys.stderr.flush(); real(code)\n"
+             "os._exit = spy\nsys.argv = ['kvlogdiag'] + sys.argv[1:]\nfrom kvlogdiag.cli.main import main\nmain()\n")
+    env = dict(os.environ, KVLOGDIAG_CACHE_DIR=str(tmp_path / "c"))
+    a = subprocess.run([sys.executable, "-c", probe, "analyze", "--format", "json", log], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert a.returncode in (0, 1) and json.loads(a.stdout) and f"QUICK {a.returncode}" in a.stderr
+    e = subprocess.run([sys.executable, "-c", probe, "explain", "KVD002"], capture_output=True, text=True, timeout=120, env=env)
+    assert e.returncode == 0 and "KVD002" in e.stdout and "QUICK" not in e.stderr
 
 
 def test_the_group_by_choices_of_the_light_option_module_are_the_deployment_ones():
@@ -148,3 +167,13 @@ def test_no_time_window_option_imports_no_time_parsing():
     assert window_from_options(None, None, "UTC") is None
     with pytest.raises(Exception, match="log-tz"):
         window_from_options(None, None, "+15:00")
+
+
+def test_analyze_under_cli_runner_never_ends_the_process():
+    from click.testing import CliRunner
+    from conftest import SAMPLE_LOGS_DIR
+
+    from kvlogdiag.cli.main import cli
+
+    r = CliRunner().invoke(cli, ["analyze", "--format", "json", str(SAMPLE_LOGS_DIR / "v1_single_gpu.log")])
+    assert r.exit_code in (0, 1) and json.loads(r.output)  # still here: no os._exit outside the console script

@@ -3,10 +3,12 @@
 A normal exit frees every module and object one by one: ~30 ms of CPU after a small ``analyze``, a
 seventh of its cost (measured in docs/performance.md, "Session 6"). `exit_now` does what that teardown
 would have done that anyone can see — flush stdout and stderr, run the ``atexit`` handlers (the regex
-cache writes its file there) — and then leaves with ``os._exit``. A command allows it only when it holds
+cache writes its file there) — and then leaves with ``os._exit``. Only in the console script (`console`,
+set by `kvlogdiag.cli.main.main`): the group calls `exit_now` just before its ``sys.exit``, and a process
+that runs the group in-process (click's ``CliRunner``, tests) must never end there. A command allows it only when it holds
 no open output of its own at that point (its files are written whole and closed by `write_atomic`) and
-starts no thread or process that outlives it. When a flush fails, or another thread still runs, the
-exit is the ordinary ``sys.exit``, so broken pipes and full disks end exactly as before.
+starts no thread or process that outlives it. When a flush fails, or another thread still runs, it
+returns and the exit is the ordinary ``sys.exit``, so broken pipes and full disks end exactly as before.
 """
 
 from __future__ import annotations
@@ -15,9 +17,15 @@ import atexit
 import os
 import sys
 import threading
-from typing import NoReturn
 
 _allowed = False
+_console = False
+
+
+def console() -> None:
+    """This process is the ``kvlogdiag`` console script (nothing runs after the command)."""
+    global _console
+    _console = True
 
 
 def allow() -> None:
@@ -26,16 +34,16 @@ def allow() -> None:
     _allowed = True
 
 
-def exit_now(code: int) -> NoReturn:
-    """Exit with ``code``: quickly when allowed and nothing else runs, else through ``sys.exit``."""
+def exit_now(code: int) -> None:
+    """End the process with ``code`` now when allowed and nothing else runs; else return (the caller exits)."""
     others = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
-    if _allowed and not others:
+    if _allowed and _console and not others:
         try:
             for stream in (sys.stdout, sys.stderr):
                 if stream is not None:
                     stream.flush()
         except Exception:  # noqa: BLE001 - the ordinary exit reports (or swallows) it as it always did
-            sys.exit(code)
+            return
         atexit._run_exitfuncs()
         try:
             for stream in (sys.stdout, sys.stderr):  # what an exit handler printed
@@ -44,4 +52,3 @@ def exit_now(code: int) -> NoReturn:
         except Exception:  # noqa: BLE001 - nothing is left to report it to
             pass
         os._exit(code)
-    sys.exit(code)
