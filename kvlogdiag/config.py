@@ -18,18 +18,13 @@ an error naming the file and line (or the flag), with a suggestion.
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 from typing import Any, Iterable
 
 from kvlogdiag.errors import KvlogdiagError
 from kvlogdiag.rules.context import Options
 from kvlogdiag.rules.engine import RuleSet, UnknownRuleError, load_rules, nesting_line, suggest, toml_error_line
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from kvlogdiag.tomlcache import tomllib  # imported on first use
 
 __all__ = ["ConfigError", "KEYS", "LEVELS", "ROLES", "find_config", "find_config_for", "load_options", "load_settings",
            "nesting_line", "options_from_file", "toml_error_line"]

@@ -14,7 +14,6 @@ from __future__ import annotations
 import errno
 import os
 import stat
-import tempfile
 from typing import Callable, Iterable
 
 __all__ = ["process_umask", "read_regular", "replace_atomically", "write_atomic", "write_atomic_pieces"]
@@ -69,6 +68,8 @@ def replace_atomically(path: str, suffix: str, write: Callable[[int, str], None]
         old: os.stat_result | None = os.stat(path)
     except OSError:
         old = None
+    import tempfile  # on use: it imports shutil and random (~3 ms of a small analyze, which writes no file)
+
     fd, tmp = tempfile.mkstemp(prefix=".kvlogdiag-", suffix=suffix, dir=d)
     try:
         if old is not None and stat.S_ISREG(old.st_mode):

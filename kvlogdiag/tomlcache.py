@@ -13,16 +13,41 @@ Location: ``$KVLOGDIAG_CACHE_DIR``, else ``$XDG_CACHE_HOME/kvlogdiag``, else ``~
 
 from __future__ import annotations
 
-import hashlib
+import importlib.util
 import json
 import os
 import sys
+import types
 from typing import Any
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
+try:  # CPython's built-in sha256: hashlib would load OpenSSL's (~3 ms of CPU at every start) for the same digest
+    from _sha256 import sha256 as _sha256  # type: ignore[import-not-found]  # 3.10, 3.11
+except ImportError:  # pragma: no cover - version dependent
+    try:
+        from _sha2 import sha256 as _sha256  # type: ignore[import-not-found,no-redef]  # 3.12+
+    except ImportError:
+        from hashlib import sha256 as _sha256  # type: ignore[assignment]
+
+
+def _lazy(name: str) -> types.ModuleType:
+    """``import name``, run on first attribute access (importlib's LazyLoader): a start whose documents all
+    come from the cache never imports the TOML parser (~8 ms of CPU: it compiles its regexes at import)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.loader is None:  # pragma: no cover - the dependency is declared
+        return importlib.import_module(name)
+    loader = importlib.util.LazyLoader(spec.loader)
+    spec.loader = loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    loader.exec_module(module)
+    return module
+
+
+#: the TOML parser (``tomllib``, ``tomli`` before 3.11), imported when first used; also for `kvlogdiag.config`
+#: and `kvlogdiag.rules.engine`, whose ``except tomllib.TOMLDecodeError`` imports it only when something failed
+tomllib = _lazy("tomllib" if sys.version_info >= (3, 11) else "tomli")
 
 MAX_ENTRIES = 256
 MAX_CACHE_BYTES = 16 << 20
@@ -42,7 +67,7 @@ def cache_dir() -> str | None:
 
 
 def _key(text: str) -> str:
-    return hashlib.sha256(f"{sys.version_info[0]}.{sys.version_info[1]}\0".encode() + text.encode("utf-8", "surrogatepass")).hexdigest()
+    return _sha256(f"{sys.version_info[0]}.{sys.version_info[1]}\0".encode() + text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _load_disk() -> dict[str, str]:
@@ -87,6 +112,32 @@ def loads(text: str, remember: bool = False) -> dict[str, Any]:
         except (TypeError, ValueError, RecursionError):
             pass  # a value JSON cannot carry (a TOML date): parsed every time
     return data
+
+
+def get_json(text: str) -> Any:
+    """A value stored with `put_json` under ``text`` (e.g. a rule file's parsed conditions), or None; kept
+    for the next `flush` like a `loads` entry looked up with ``remember``."""
+    key = _key("\0json\0" + text)
+    hit = _load_disk().get(key) or _used.get(key)
+    if hit is None:
+        return None
+    try:
+        value = json.loads(hit)
+    except (ValueError, RecursionError):
+        return None
+    _used[key] = hit
+    return value
+
+
+def put_json(text: str, value: Any) -> None:
+    """Keep ``value`` (plain JSON data) under ``text`` in the cache file, written by the next `flush`."""
+    global _dirty
+    try:
+        enc = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):
+        return
+    _used[_key("\0json\0" + text)] = enc
+    _dirty = True
 
 
 def flush() -> None:

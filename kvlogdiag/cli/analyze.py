@@ -66,6 +66,10 @@ def analyze(inputs: tuple[str, ...], fmt: str, max_bytes: int, run: str | None, 
     start: each figure and finding belongs to one run. Interleaved output of several containers
     (docker compose logs, kubectl logs --prefix) is analysed per container. With --deployment the
     inputs are the logs of a PD deployment, judged together (docs/deployment.md)."""
+    if not as_deployment:
+        from kvlogdiag.cli.fastexit import allow
+
+        allow()  # output is written whole (stdout or write_atomic), no thread or process remains: no teardown needed
     if as_deployment:  # one code path with `kvlogdiag deployment` (cli/deployment.py)
         windowed = window_given(kw)
         if windowed:

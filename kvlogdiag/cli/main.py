@@ -73,6 +73,9 @@ class KvlogdiagGroup(click.Group):
              standalone_mode: bool = True, **extra: Any) -> Any:
         code = self.run(args, prog_name, complete_var, **extra)
         if standalone_mode:
+            from kvlogdiag.cli.fastexit import exit_now
+
+            exit_now(code)  # returns unless the console script runs a command that allows it (cli/fastexit.py)
             sys.exit(code)
         return code
 
@@ -200,4 +203,7 @@ def __getattr__(name: str) -> Any:
 
 def main() -> None:
     """The ``kvlogdiag`` console script."""
+    from kvlogdiag.cli import fastexit
+
+    fastexit.console()  # the process is ours: a command may end it with os._exit (never under CliRunner)
     cli.main(prog_name="kvlogdiag")

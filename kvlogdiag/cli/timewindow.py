@@ -9,12 +9,14 @@ and one call.
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import click
 
 from kvlogdiag.cli.common import OneLineUsageError
-from kvlogdiag.input.timestamps import TimeWindow, WindowError, parse_bound, parse_tz
+
+if TYPE_CHECKING:
+    from kvlogdiag.input.timestamps import TimeWindow
 
 SINCE_HELP = ("Only what the log shows from this time on: ISO 8601 (2025-12-31T23:30, 2025-12-31 23:30+08:00, 2025-12-31) "
               "or a time ago (10m, 2h, 1d). Runtime figures cover the window; runs outside it are left out.")
@@ -36,6 +38,10 @@ def window_options(func: Callable) -> Callable:
 def window_from_options(since: str | None, until: str | None, log_tz: str | None,
                         now: datetime | None = None) -> TimeWindow | None:
     """The window of the options (None when neither bound is given); `OneLineUsageError` on a bad value."""
+    if since is None and until is None and log_tz is None:
+        return None  # what parse_tz(None) and no bound give, without importing the time parsing (a small analyze)
+    from kvlogdiag.input.timestamps import TimeWindow, WindowError, parse_bound, parse_tz
+
     try:
         tz = parse_tz(log_tz)
         if since is None and until is None:

@@ -28,10 +28,10 @@ import json
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from kvlogdiag import pkgdata
 from kvlogdiag.errors import KvlogdiagError
 
 __all__ = [
@@ -673,7 +673,7 @@ def normalise_model_name(name: str) -> str:
 
 
 def _data_text(filename: str) -> str:
-    return resources.files("kvlogdiag").joinpath("data").joinpath(filename).read_text(encoding="utf-8")
+    return pkgdata.read_text("data", filename)
 
 
 @lru_cache(maxsize=1)

@@ -25,10 +25,9 @@ import json
 import re
 import shlex
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
-from kvlogdiag import recache
+from kvlogdiag import pkgdata, recache
 from kvlogdiag.extract.pyrepr import parse_json_or_repr, scalar
 
 # kvlogdiag's own spellings mapped to argparse destinations (log dumps and old releases)
@@ -59,7 +58,7 @@ _CURLY = str.maketrans({"\u201c": '"', "\u201d": '"', "\u201e": '"', "\u2018": "
 @functools.cache
 def arg_table() -> dict:
     """vLLM's harvested argument list (``kvlogdiag/catalogue/cli_args.json``)."""
-    return json.loads(resources.files("kvlogdiag.catalogue").joinpath("cli_args.json").read_text(encoding="utf-8"))
+    return json.loads(pkgdata.read_text("catalogue", "cli_args.json"))
 
 
 @functools.cache

@@ -17,9 +17,8 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
-from importlib import resources
 
-from kvlogdiag import recache
+from kvlogdiag import pkgdata, recache
 from kvlogdiag.extract.commands import is_placeholder
 
 # a vLLM log record head ('INFO 10-20 13:41:05', '[file.py:12]') or a device tool's table row
@@ -58,7 +57,7 @@ def table() -> dict:
     """``kvlogdiag/catalogue/devices.toml`` as read."""
     from kvlogdiag import tomlcache
 
-    text = resources.files("kvlogdiag.catalogue").joinpath("devices.toml").read_text(encoding="utf-8")
+    text = pkgdata.read_text("catalogue", "devices.toml")
     data = tomlcache.loads(text, remember=True)  # parsed once, then read back as JSON (by content hash)
     tomlcache.flush()
     return data

@@ -25,12 +25,10 @@ Everything that turns bytes on disk (or a pipe) into clean `Line` objects lives 
 from __future__ import annotations
 
 import array
-import bz2
 import codecs
 import gzip
 import io
 import json
-import lzma
 import os
 import re
 import signal
@@ -735,8 +733,12 @@ def open_stream(fh: BinaryIO, name: str, max_bytes: int = DEFAULT_MAX_BYTES) -> 
     if kind == "gzip":
         inner: BinaryIO = gzip.GzipFile(fileobj=fh, mode="rb")  # type: ignore[assignment]
     elif kind == "bz2":
+        import bz2  # on use, like lzma: most logs are plain or gzip
+
         inner = bz2.BZ2File(fh, mode="rb")  # type: ignore[assignment]
     elif kind == "xz":
+        import lzma
+
         inner = lzma.LZMAFile(fh, mode="rb")  # type: ignore[assignment]
     else:
         try:
@@ -793,9 +795,7 @@ def _chunks(read, name: str, chunk_bytes: int, carry: bytes = b"", skipping: boo
             data = read(chunk_bytes)
         except InputError:
             raise
-        except (OSError, EOFError, ValueError, lzma.LZMAError) as exc:
-            raise _read_error(name, exc) from None
-        except Exception as exc:  # zstandard.ZstdError and friends
+        except Exception as exc:  # OSError, EOFError, ValueError, lzma.LZMAError, zstandard.ZstdError and friends
             raise _read_error(name, exc) from None
         if not data:
             if carry and final:  # the last line, without newline (its kept part, if it was cut)

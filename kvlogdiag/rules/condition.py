@@ -46,9 +46,10 @@ import re
 from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, NamedTuple, TypeVar, Union
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, Union
 
-import regex
+if TYPE_CHECKING:
+    import regex
 
 from kvlogdiag.errors import KvlogdiagError
 
@@ -784,6 +785,8 @@ class Condition:
 
 @functools.lru_cache(maxsize=256)
 def _compile(pattern: str) -> regex.Pattern[str]:
+    import regex  # on first use: importing it is ~10 ms of CPU, and most starts evaluate no rule regex
+
     return regex.compile(pattern)
 
 
@@ -794,11 +797,15 @@ def compile_user_regex(pattern: str, position: int = 0) -> regex.Pattern[str]:
                              position)
     try:
         return _compile(pattern)
-    except regex.error as exc:
-        where = "" if exc.pos is None else f" (pattern offset {exc.pos})"
-        raise ConditionError(f"invalid regular expression: {exc.msg}{where}", position) from None
-    except (ValueError, OverflowError) as exc:  # e.g. NUL bytes, huge repeat counts
-        raise ConditionError(f"invalid regular expression: {exc}", position) from None
+    except Exception as exc:
+        import regex
+
+        if isinstance(exc, regex.error):
+            where = "" if exc.pos is None else f" (pattern offset {exc.pos})"
+            raise ConditionError(f"invalid regular expression: {exc.msg}{where}", position) from None
+        if isinstance(exc, (ValueError, OverflowError)):  # e.g. NUL bytes, huge repeat counts
+            raise ConditionError(f"invalid regular expression: {exc}", position) from None
+        raise
 
 
 def regex_search(pattern: str, text: str, timeout: float = 0.25) -> regex.Match[str] | None:

@@ -24,10 +24,10 @@ import re
 from array import array
 from dataclasses import dataclass, field
 from functools import lru_cache
-from importlib import resources
 from types import ModuleType
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
+from kvlogdiag import pkgdata
 from kvlogdiag.derive.architecture import KIND_DSV4, KIND_MLA_SPARSE, expected_kv, lookup_model
 from kvlogdiag.derive.figures import as_int, dig_additional, parse_version
 from kvlogdiag.derive.pairings import ValueView, group_at, value_at
@@ -774,11 +774,9 @@ def _load_provider(name: str, path: Any) -> Provider:
 def builtin_providers() -> dict[str, Provider]:
     """Rule code → provider, for every ``KVDnnn-name.py`` next to the built-in rule files."""
     out: dict[str, Provider] = {}
-    root = resources.files("kvlogdiag.rules.builtin")
-    for entry in sorted(root.iterdir(), key=lambda e: e.name):
-        if entry.name.endswith(".py") and entry.name != "__init__.py":
-            with resources.as_file(entry) as path:
-                p = _load_provider(entry.name[:-3], path)
+    for name in pkgdata.names("rules", "builtin"):
+        if name.endswith(".py") and name != "__init__.py":
+            p = _load_provider(name[:-3], pkgdata.path("rules", "builtin", name))
             out[p.code] = p
     return out
 

@@ -21,19 +21,19 @@ import difflib
 import functools
 import math
 import re
-import sys
 from dataclasses import dataclass, field
 from dataclasses import fields as dataclass_fields
-from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from kvlogdiag import pkgdata
 from kvlogdiag.errors import KvlogdiagError
 from kvlogdiag.extract.commands import is_vllm_flag
 from kvlogdiag.extract.facts import Fact, LogFacts
 from kvlogdiag.fileio import read_regular
 from kvlogdiag.result import Severity
 from kvlogdiag.rules import suggestion as suggestion_spec
+from kvlogdiag.rules.condcache import FileTrees
 from kvlogdiag.rules.condition import (
     Binary,
     Call,
@@ -59,11 +59,7 @@ from kvlogdiag.rules.context import (
     provider_names,
     version_cmp,
 )
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
+from kvlogdiag.tomlcache import tomllib  # imported on first use
 
 SEVERITIES = ("info", "warning", "error")
 SEVERITY_RANK = {s.label: int(s) for s in Severity} | {"never": Severity.threshold("never")}  # by name
@@ -253,10 +249,9 @@ class RuleSet:
 def builtin_rule_files() -> list[tuple[str, bytes]]:
     """(name, content) of every rule shipped with kvlogdiag."""
     out = []
-    root = resources.files("kvlogdiag.rules.builtin")
-    for entry in sorted(root.iterdir(), key=lambda e: e.name):
-        if entry.name.endswith(".toml"):
-            out.append((f"kvlogdiag/rules/builtin/{entry.name}", entry.read_bytes()))
+    for name in pkgdata.names("rules", "builtin"):
+        if name.endswith(".toml"):
+            out.append((f"kvlogdiag/rules/builtin/{name}", pkgdata.read_bytes("rules", "builtin", name)))
     return out
 
 
@@ -365,11 +360,12 @@ def load_rule(path: str, content: bytes | str, builtin: bool = False, cache: boo
             names |= set(provider_names(code))
         except ProviderError as exc:
             raise RuleLoadError(f"{where}: {exc}") from None
+    trees = FileTrees(text if cache else None)  # this file's parsed conditions, kept with its parsed TOML
     lets: list[tuple[str, Condition]] = []
     for lname, expr in (data.get("let") or {}).items():
         if not isinstance(expr, str) or not re.match(r"^[a-z][a-z0-9_]*$", lname) or lname in names:
             raise RuleLoadError(f"{where}: [let] {lname} must be a new lower-case name with an expression string")
-        lets.append((lname, _parse(where, f"let.{lname}", expr, names)))
+        lets.append((lname, _parse(where, f"let.{lname}", expr, names, trees)))
         names.add(lname)
 
     raw_checks = data.get("checks")
@@ -411,8 +407,8 @@ def load_rule(path: str, content: bytes | str, builtin: bool = False, cache: boo
                     compile_user_regex(e[5:])
                 except ConditionError as exc:
                     raise RuleLoadError(f"{where}: checks[{i}].evidence: {exc}") from None
-        checks.append(Check(_parse(where, f"checks[{i}].when", c.get("when"), names), msg, sev, fix, tuple(ev),
-                            _suggest_spec(where, i, data.get("suggest"), c.get("suggest"), names)))
+        checks.append(Check(_parse(where, f"checks[{i}].when", c.get("when"), names, trees), msg, sev, fix, tuple(ev),
+                            _suggest_spec(where, i, data.get("suggest"), c.get("suggest"), names, trees)))
     _check_template(where, "fix", data["fix"], names)
 
     samples = data.get("samples", [])
@@ -429,12 +425,14 @@ def load_rule(path: str, content: bytes | str, builtin: bool = False, cache: boo
         for e in c.evidence:
             if e.startswith("line:"):
                 line_patterns.append(e[5:])
+    trees.save()
     return Rule(code, name, severity, data["summary"].strip(), checks[0].message, data["why"].strip(),
                 data["fix"].strip(), refs, applies, params, lets, checks, samples, path,
                 tuple(dict.fromkeys(line_patterns)), builtin)
 
 
-def _suggest_spec(where: str, i: int, base: Any, override: Any, names: set[str]) -> suggestion_spec.SuggestSpec | None:
+def _suggest_spec(where: str, i: int, base: Any, override: Any, names: set[str],
+                  trees: FileTrees | None = None) -> suggestion_spec.SuggestSpec | None:
     """The validated suggestion of checks[i]: the rule's [suggest] with the check's own 'suggest' on top."""
     if base is not None and not isinstance(base, dict):
         raise RuleLoadError(f"{where}: [suggest] must be a table")
@@ -443,7 +441,7 @@ def _suggest_spec(where: str, i: int, base: Any, override: Any, names: set[str])
     raw = suggestion_spec.merge(base, override)
     if raw is None:
         return None
-    return suggestion_spec.build(raw, f"checks[{i}].suggest", lambda f, text: _parse(where, f, text, names),
+    return suggestion_spec.build(raw, f"checks[{i}].suggest", lambda f, text: _parse(where, f, text, names, trees),
                                  lambda f, text: _check_template(where, f, text, names),
                                  is_vllm_flag, lambda msg: RuleLoadError(f"{where}: {msg}"))
 
@@ -473,11 +471,11 @@ def _check_sample(where: str, sample: dict) -> None:
             raise RuleLoadError(f"{where}: options: unknown option '{key}'{suggest(key, sorted(_OPTION_FIELDS))}")
 
 
-def _parse(where: str, field_name: str, text: Any, names: set[str]) -> Condition:
+def _parse(where: str, field_name: str, text: Any, names: set[str], trees: FileTrees | None = None) -> Condition:
     if not isinstance(text, str):
         raise RuleLoadError(f"{where}: {field_name} must be a string")
     try:
-        return parse(text, names, FUNCTIONS)
+        return trees.parse(text, names, FUNCTIONS) if trees is not None else parse(text, names, FUNCTIONS)
     except ConditionError as exc:
         raise RuleLoadError(f"{where}: {field_name}: {exc}") from None
 
