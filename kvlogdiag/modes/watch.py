@@ -22,7 +22,8 @@ log has decided them. There is no second engine here — the analysis is ``analy
   its severity rose), the latest version, pending repeats before each summary.
 
 Pass-through first, analysis beside it: each read is echoed on the reading thread, then handed to the
-analysis thread through a bounded queue (`Pipeline`), so a slow or stuck rule never delays the echo. An
+analysis thread through a bounded queue (`Pipeline`), so a slow or stuck rule never delays the echo (nor
+does the GIL both threads need: `SWITCH_INTERVAL_S`, `ANALYSIS_PIECE`). An
 exception in the analysis is reported once and turns watch into ``cat`` (exit `ExitCode.INTERNAL_ERROR`,
 3, at the end) instead of ending the pipe; so does an analysis that falls `QUEUE_MAX_BYTES` behind a pipe.
 A signal that arrives while stdout's reader has stopped reading ends the blocked write (`_Signals`).
