@@ -51,8 +51,8 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from functools import partial
-from typing import Any, Callable
+from functools import partial, wraps
+from typing import Any, Callable, ParamSpec
 
 from kvlogdiag.cli.exit import ExitCode, quiet_stdout
 from kvlogdiag.errors import KvlogdiagError
@@ -66,6 +66,8 @@ from kvlogdiag.pipeline import Analyzer
 from kvlogdiag.render.analysis import clean_json, error_lines, fmt_bpt, fmt_gib, fmt_num, metrics_text_lines
 from kvlogdiag.result import Analysis, Finding, InputAnalysis, KVCache, Severity
 from kvlogdiag.rules.engine import RuleLoadError
+
+P = ParamSpec("P")
 
 __all__ = ["EVAL_EVERY_LINES", "Emitter", "FollowFile", "Pipeline", "StdoutClosed", "StdoutFailed", "Watcher",
            "pairing_complete", "run_follow", "run_stdin", "watch_main"]
@@ -85,7 +87,7 @@ METRICS_PENDING_MAX = 4  # watch --metrics: scrapes queued for a slow analysis b
 # (`reader.ChunkScanner`; ~4x the stdlib finder), not only after the 16 MiB that pay numpy's import in analyze
 LIVE_SIZE_HINT = NUMPY_AFTER_BYTES + 1
 ANALYSIS_PIECE = 128 << 10  # the analysis splits reads into pieces of at most this (`Watcher.analyse_bytes`)
-SWITCH_INTERVAL_S = 0.0005  # the GIL is handed to a thread that waits for it after at most this (`watch_main`)
+SWITCH_INTERVAL_S = 0.0005  # the GIL is handed to a thread that waits for it after at most this (`_short_switch_interval`)
 
 
 class StdoutClosed(KvlogdiagError):
@@ -1550,32 +1552,37 @@ def _waits_for_analysis(fd: int) -> bool:
         return False
 
 
-def watch_main(analyzer: Analyzer, **kw: Any) -> int:
+def _short_switch_interval(fn: Callable[P, int]) -> Callable[P, int]:
+    """Run ``fn`` with the interpreter's thread switch interval at `SWITCH_INTERVAL_S` (restored after).
+
+    The reading thread takes the GIL a few times per read (the read, the echo's write, the hand-over), and
+    each time a busy analysis thread would otherwise keep it for up to Python's default 5 ms: the echo then
+    waited for the analysis after all (8 ms median, up to 28 ms, per line behind a 200 ms CPU-bound rule; the
+    bench's 60 MB log echoed at ~120,000 lines/s instead of ~1 M)."""
+    @wraps(fn)
+    def run(*args: P.args, **kwargs: P.kwargs) -> int:
+        old = sys.getswitchinterval()
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            sys.setswitchinterval(old)
+
+    return run
+
+
+@_short_switch_interval
+def watch_main(analyzer: Analyzer, *, follow: str | None = None, from_end: bool = False, echo: bool = True,
+               fmt: str = "text", repeat_after: float = 300.0, in_fd: int | None = None, out_fd: int = 1,
+               err_stream: io.TextIOBase | None = None, hard_exit: bool = False, metrics_url: str | None = None,
+               metrics_interval: float = 10.0, metrics_timeout: float = 5.0, follows: list[str] | None = None) -> int:
     """Run watch over stdin (or ``in_fd``) or a followed file; returns the exit code (`ExitCode` values).
 
-    Keywords: ``follow``/``follows`` (one file, or several files and globs, each with its own analysis:
-    `FollowSet`), ``from_end``, ``echo``, ``fmt``, ``repeat_after``, ``in_fd``, ``out_fd``, ``err_stream``,
-    ``metrics_url``/``metrics_interval``/``metrics_timeout`` (poll that Prometheus endpoint beside the log:
-    `MetricsPoller`), and ``hard_exit``: when the analysis thread is still running at the end (stuck), leave
-    with ``os._exit`` — a daemon thread blocked inside a stderr write could otherwise abort the interpreter's
-    shutdown.
-
-    While it runs, the interpreter's thread switch interval is `SWITCH_INTERVAL_S`: the reading thread
-    takes the GIL a few times per read (the read, the echo's write, the hand-over), and each time a busy
-    analysis thread would otherwise keep it for up to Python's default 5 ms — the echo would then wait for
-    the analysis after all (~20 ms per line behind a slow rule; a pipe copied at ~20 MB/s)."""
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(SWITCH_INTERVAL_S)
-    try:
-        return _watch_main(analyzer, **kw)
-    finally:
-        sys.setswitchinterval(old)
-
-
-def _watch_main(analyzer: Analyzer, *, follow: str | None = None, from_end: bool = False, echo: bool = True,
-                fmt: str = "text", repeat_after: float = 300.0, in_fd: int | None = None, out_fd: int = 1,
-                err_stream: io.TextIOBase | None = None, hard_exit: bool = False, metrics_url: str | None = None,
-                metrics_interval: float = 10.0, metrics_timeout: float = 5.0, follows: list[str] | None = None) -> int:
+    ``hard_exit``: when the analysis thread is still running at the end (stuck), leave with ``os._exit``
+    — a daemon thread blocked inside a stderr write could otherwise abort the interpreter's shutdown.
+    ``metrics_url``: poll that Prometheus endpoint every ``metrics_interval`` s beside the log (`MetricsPoller`).
+    ``follows``: several files or globs to follow, each with its own analysis (`FollowSet`).
+    The thread switch interval is `SWITCH_INTERVAL_S` while it runs (`_short_switch_interval`)."""
     if follows and (len(follows) > 1 or is_glob(follows[0])):
         return _watch_many(analyzer, follows, from_end, echo, fmt, repeat_after, out_fd, err_stream, hard_exit)
     if follows:
