@@ -54,6 +54,7 @@ T_GREP_RATIO = 3.0  # every long-log shape
 T_RSS_MB = 100.0
 T_WATCH_LPS = 500_000
 T_LATENCY_S = 0.050
+T_ECHO_S = 0.010  # issue 18 item 1: a slow rule adds at most this to the echo of a line
 T_SCAN_FPS = 2000.0
 T_SCAN_SPEEDUP = 1.7
 T_DASK_RATIO = 1.3  # scan --engine dask (LocalCluster, 2 workers) wall / scan -j 2 wall
@@ -300,33 +301,131 @@ def has_command(name: str) -> bool:
     return run([KVLOGDIAG, name, "--help"]).rc == 0
 
 
-def section_watch(rows: list, log: dict) -> None:
+def watch_through(path: str, cmd: list[str]) -> tuple[Run, float | None, float | None, bytes]:
+    """``cat PATH | CMD``, its stdout read here: the run (wall from the start to the exit, CPU and RSS of CMD),
+    when the first and the last byte came out of CMD's stdout (seconds after the start), and its stderr."""
+    full = [GNU_TIME, "-o", TIME_OUT, "-f", "%M %U %S", *cmd] if GNU_TIME else cmd
+    err_path = os.path.join(OUT, "watch.err")
+    first = last = None
+    with open(err_path, "wb") as errf:
+        t0 = time.perf_counter()
+        src = subprocess.Popen(["cat", path], stdout=subprocess.PIPE)
+        p = subprocess.Popen(full, stdin=src.stdout, stdout=subprocess.PIPE, stderr=errf)
+        src.stdout.close()
+        fd = p.stdout.fileno()
+        while os.read(fd, 1 << 20):  # each read returns what is there (a buffered read waits to fill)
+            last = time.perf_counter() - t0
+            if first is None:
+                first = last
+        _, status, ru = os.wait4(p.pid, 0)
+        wall = time.perf_counter() - t0
+        p.stdout.close()
+        src.wait()
+    rss, cpu = ru.ru_maxrss / 1024.0, ru.ru_utime + ru.ru_stime
+    if GNU_TIME:
+        with open(TIME_OUT) as fh:
+            fields = fh.read().split()
+        rss, cpu = float(fields[-3]) / 1024.0, float(fields[-2]) + float(fields[-1])
+    with open(err_path, "rb") as fh:
+        err = fh.read()
+    return Run(wall, cpu, rss, os.waitstatus_to_exitcode(status)), first, last, err
+
+
+def section_watch(rows: list, logs: list[dict], reps: int) -> None:
+    """watch on long inputs (start-up is not the figure): the pass-through's steady rate (first to last byte
+    out of its stdout), end to end (start to exit, the analysis finished), its CPU against analyze's on the
+    same file; then the KV line's latency and the echo's latency behind a slow rule."""
     if not has_command("watch"):
         rows.append(["live pipe", "kvlogdiag watch", None, None, None, "not available (`kvlogdiag watch --help` fails)", "", "n/a"])
         return
-    path, lines = log["path"], log["lines_read"]
-
-    def through(cmd: list[str]) -> Run:
-        t0 = time.perf_counter()
-        src = subprocess.Popen(["cat", path], stdout=subprocess.PIPE)
-        r = run(cmd, stdin=src.stdout, stderr_path=os.path.join(OUT, "watch.err"))
-        src.stdout.close()
-        src.wait()
-        r.wall = time.perf_counter() - t0
-        return r
-
-    w = through([KVLOGDIAG, "watch"])
-    c = through(["cat"])
-    lps = lines / w.wall
-    rows.append(["live pipe", f"cat LOG | kvlogdiag watch > /dev/null ({lines:,} lines)", w.wall, w.cpu, w.rss,
-                 f"{lps:,.0f} lines/s", f">= {T_WATCH_LPS:,} lines/s", verdict(lps >= T_WATCH_LPS and w.rc in (0, 1))])
-    rows.append(["live pipe", "cat LOG | cat > /dev/null", c.wall, c.cpu, c.rss, f"{lines / c.wall:,.0f} lines/s", "", ""])
+    for log in logs:
+        path, lines = log["path"], log["lines_read"]
+        name = os.path.basename(path)
+        res = sorted((watch_through(path, [KVLOGDIAG, "watch", "--fail-on", "never"]) for _ in range(reps)),
+                     key=lambda x: x[0].wall)
+        w, first, last, err = res[len(res) // 2]
+        kv = repeat(reps, lambda path=path: run(analyze_cmd(path), capture=True))
+        tokens = f"{log['tokens'][0]:,}".encode()
+        ok = w.rc == 0 and tokens in err and b"internal error" not in err
+        if not ok:
+            loud(f"watch {name}", [f"exit {w.rc}, figure {tokens.decode()} {'' if tokens in err else 'not '}on stderr"])
+        steady = lines / (last - first) if first is not None and last is not None and last > first else None
+        rows.append(["live pipe", f"cat LOG | kvlogdiag watch: pass-through, first to last byte out ({name}, {lines:,} lines)",
+                     None, None, None, f"{steady:,.0f} lines/s" if steady else "no output",
+                     f">= {T_WATCH_LPS:,} lines/s", verdict(steady is not None and steady >= T_WATCH_LPS and ok)])
+        rows.append(["live pipe", "  same, end to end: start to exit, the analysis finished (median of "
+                     f"{reps})", w.wall, w.cpu, w.rss, f"{lines / w.wall:,.0f} lines/s; {lines / w.cpu:,.0f} lines per CPU s",
+                     f">= {T_WATCH_LPS:,} lines/s", verdict(lines / w.wall >= T_WATCH_LPS and ok)])
+        rows.append(["live pipe", "  kvlogdiag analyze --format json, same file", kv.wall, kv.cpu, kv.rss,
+                     f"{lines / kv.cpu:,.0f} lines per CPU s; watch/analyze CPU {w.cpu / kv.cpu:.2f}x", "", ""])
+    c = run(["cat", logs[0]["path"]])
+    rows.append(["live pipe", "cat LOG > /dev/null", c.wall, c.cpu, c.rss, f"{logs[0]['lines_read'] / c.wall:,.0f} lines/s", "", ""])
     lat = [watch_latency() for _ in range(5)]
     ok = [x for x in lat if x is not None]
     med = statistics.median(ok) if len(ok) == len(lat) else None
     rows.append(["live pipe", "KV-size line written -> figure on stderr (median of 5)", None, None, None,
                  f"{med * 1000:.0f} ms" if med is not None else f"no figure within 3 s in {len(lat) - len(ok)} of 5",
                  f"<= {T_LATENCY_S * 1000:.0f} ms", verdict(med is not None and med <= T_LATENCY_S)])
+    base, slow = echo_latency(0.0), echo_latency(SLOW_RULE_S)
+    if base and slow:
+        p95 = [sorted(x)[int(len(x) * 0.95)] for x in (base, slow)]
+        extra = [statistics.median(slow) - statistics.median(base), p95[1] - p95[0]]
+        figure = (f"median {statistics.median(slow) * 1000:.1f} ms, p95 {p95[1] * 1000:.1f} ms, max {max(slow) * 1000:.1f} ms; "
+                  f"no slow rule: {statistics.median(base) * 1000:.1f} / {p95[0] * 1000:.1f} / {max(base) * 1000:.1f} ms; "
+                  f"extra {extra[0] * 1000:.1f} / {extra[1] * 1000:.1f} ms")
+    else:
+        figure, extra = "no echo", [1.0, 1.0]
+    rows.append(["live pipe", f"line written -> echoed on stdout, each evaluation a {SLOW_RULE_S * 1000:.0f} ms "
+                 f"CPU-bound rule ({len(slow)} lines, one every 40 ms)", None, None, None, figure,
+                 f"extra (median, p95) <= {T_ECHO_S * 1000:.0f} ms", verdict(max(extra) <= T_ECHO_S)])
+
+
+# every evaluation spins this long in Python (holding the GIL, as a slow rule on a long run would): argv[1] s
+SLOW_RULE_S = 0.2
+SLOW_RULE = """
+import sys, time
+from kvlogdiag.pipeline import Analyzer
+real = Analyzer.analyze_facts
+spin = float(sys.argv.pop(1))
+def slow(self, facts):
+    t = time.perf_counter() + spin
+    while time.perf_counter() < t:
+        sum(range(100))
+    return real(self, facts)
+Analyzer.analyze_facts = slow
+from kvlogdiag.cli.main import main
+sys.argv = ['kvlogdiag', 'watch', '--fail-on', 'never']
+main()
+"""
+
+
+def echo_latency(spin_s: float, n: int = 60) -> list[float]:
+    """Seconds from writing each of ``n`` log lines into watch's stdin (40 ms apart: each one makes the input
+    go quiet, so each starts an evaluation) to the same line on its stdout, each evaluation ``spin_s`` slower."""
+    head = gen.startup_v013(2231, 2519, (2522, 2523), 1764405601, {})
+    lines = [(x + "\n").encode() for x in (head * (n // len(head) + 1))[:n]]
+    p = subprocess.Popen([sys.executable, "-c", SLOW_RULE, str(spin_s)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL)
+    out: list[float] = []
+    try:
+        fd = p.stdout.fileno()
+        time.sleep(1.0)  # imports done: the first line is not the process start
+        for line in lines:
+            t0 = time.perf_counter()
+            p.stdin.write(line)
+            p.stdin.flush()
+            got = b""
+            while len(got) < len(line):
+                if not select.select([fd], [], [], 3.0)[0]:
+                    return out
+                got += os.read(fd, len(line) - len(got))
+            out.append(time.perf_counter() - t0)
+            time.sleep(0.04)
+        return out
+    finally:
+        p.stdin.close()
+        p.kill()
+        p.wait()
 
 
 def watch_latency() -> float | None:
@@ -592,6 +691,9 @@ def main() -> int:
     n_archive = 500 if args.quick else 10_000
     reps = 1 if args.quick else 3
     print(f"kvlogdiag benchmark — {KVLOGDIAG}; inputs in {OUT}", flush=True)
+    # watch's inputs: long enough that start-up is not the figure, and within what a pipe may run ahead of the
+    # analysis (QUEUE_MAX_BYTES, 64 MiB) so every line is analysed
+    watch_logs = [long_log(60 * MB), shape_log("stats-dense", 20 * MB)] if "watch" in want else []
     logs = [long_log(s) for s in sizes] if want & {"long", "scaling", "watch"} else []
     shape_size = 20 * MB if args.quick else 200 * MB
     shapes = [shape_log(name, shape_size) for name in gen.SHAPES] if "shapes" in want else []
@@ -616,7 +718,7 @@ def main() -> int:
         scaling = section_scaling(rows, logs, big["kv"], reps)
     if "watch" in want:
         print("live pipe ...", flush=True)
-        section_watch(rows, logs[1])
+        section_watch(rows, watch_logs, reps)
     if "archive" in want:
         print("archive ...", flush=True)
         scan_res = section_scan(rows, arch)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import re
 from array import array
-from typing import Any
+from typing import Any, Sequence
 
 from kvlogdiag.derive.pairings import Pairings, ValueView, group_at, line_at, rank_at, value_at
 from kvlogdiag.extract.facts import Fact, LogFacts, provenance_kind
@@ -350,7 +350,7 @@ def _concurrency_entry(v: Any) -> dict[str, Any]:
     return {"tokens_per_request": v[0], "concurrency": v[1]}
 
 
-def _median(values: list) -> float:
+def _median(values: Sequence[float]) -> float:
     import statistics  # on use: it imports fractions, decimal and random (~4 ms of CPU at every start)
 
     return statistics.median(values)

@@ -52,8 +52,8 @@ class LineSplitter:
     line and the numbering goes on (``watch -f`` after a truncation or rotation).
     """
 
-    def __init__(self, prefilter: "re.Pattern[bytes] | None" = None):
-        self.scan = ChunkScanner(prefilter) if prefilter is not None else None
+    def __init__(self, prefilter: "re.Pattern[bytes] | None" = None, size_hint: int = -1):
+        self.scan = ChunkScanner(prefilter, size_hint) if prefilter is not None else None
         self.stats = LineStats()
         self.envs = Envelopes()  # the envelopes this stream showed (to peel its lines without a head)
         self._carry = b""  # the kept start of the unfinished line (at most MAX_LINE_BYTES)
@@ -183,11 +183,13 @@ class StreamLines:
 
     Until the head is judged (`CHUNK_BYTES` buffered, `settle`, or `end`) bytes are only buffered;
     then a hard-wrapped paste is split without the prefilter and rejoined, anything else is split with
-    ``prefilter`` (None: every line). ``stats`` counts lines as the reader does.
+    ``prefilter`` (None: every line). ``stats`` counts lines as the reader does. ``size_hint``: the bytes
+    the stream is expected to bring, as `reader.ChunkScanner` takes it (which way of searching pays).
     """
 
-    def __init__(self, prefilter: "re.Pattern[bytes] | None"):
+    def __init__(self, prefilter: "re.Pattern[bytes] | None", size_hint: int = -1):
         self.prefilter = prefilter
+        self.size_hint = size_hint
         self.head: list[bytes] | None = []
         self.head_bytes = 0
         self.wrap_width: int | None = None
@@ -224,7 +226,7 @@ class StreamLines:
         if self.wrap_width:
             self.splitter, self.unwrap = LineSplitter(None), Unwrapper(self.wrap_width)
         else:
-            self.splitter = LineSplitter(self.prefilter)
+            self.splitter = LineSplitter(self.prefilter, self.size_hint)
         return self._rows(self.splitter.feed(head))
 
     def end(self) -> list[Line]:

@@ -22,7 +22,8 @@ log has decided them. There is no second engine here — the analysis is ``analy
   its severity rose), the latest version, pending repeats before each summary.
 
 Pass-through first, analysis beside it: each read is echoed on the reading thread, then handed to the
-analysis thread through a bounded queue (`Pipeline`), so a slow or stuck rule never delays the echo. An
+analysis thread through a bounded queue (`Pipeline`), so a slow or stuck rule never delays the echo (nor
+does the GIL both threads need: `SWITCH_INTERVAL_S`, `ANALYSIS_PIECE`). An
 exception in the analysis is reported once and turns watch into ``cat`` (exit `ExitCode.INTERNAL_ERROR`,
 3, at the end) instead of ending the pipe; so does an analysis that falls `QUEUE_MAX_BYTES` behind a pipe.
 A signal that arrives while stdout's reader has stopped reading ends the blocked write (`_Signals`).
@@ -50,7 +51,8 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable
+from functools import partial, wraps
+from typing import Any, Callable, ParamSpec
 
 from kvlogdiag.cli.exit import ExitCode, quiet_stdout
 from kvlogdiag.errors import KvlogdiagError
@@ -58,12 +60,14 @@ from kvlogdiag.extract.metrics import add_scrape
 from kvlogdiag.extract.runs import command_only, server_starts
 from kvlogdiag.input.incremental import StreamLines
 from kvlogdiag.input.metrics import Scrape
-from kvlogdiag.input.reader import Line
+from kvlogdiag.input.reader import NUMPY_AFTER_BYTES, Line
 from kvlogdiag.modes.metrics_poll import MetricsPoller
 from kvlogdiag.pipeline import Analyzer
 from kvlogdiag.render.analysis import clean_json, error_lines, fmt_bpt, fmt_gib, fmt_num, metrics_text_lines
 from kvlogdiag.result import Analysis, Finding, InputAnalysis, KVCache, Severity
 from kvlogdiag.rules.engine import RuleLoadError
+
+P = ParamSpec("P")
 
 __all__ = ["EVAL_EVERY_LINES", "Emitter", "FollowFile", "Pipeline", "StdoutClosed", "StdoutFailed", "Watcher",
            "pairing_complete", "run_follow", "run_stdin", "watch_main"]
@@ -79,6 +83,11 @@ STUCK_S = 60.0  # at the end: an analysis step running this long is given up (a 
 FINISH_AFTER_SIGNAL_S = 5.0  # after a signal: how long the summary may take before watch exits without it
 EMIT_LOCK_S = 2.0  # a stderr write waits this long for the other thread's write, then is dropped
 METRICS_PENDING_MAX = 4  # watch --metrics: scrapes queued for a slow analysis before newer ones are dropped
+# a live log grows for as long as the server runs: its bulk reads are searched with numpy from the first one
+# (`reader.ChunkScanner`; ~4x the stdlib finder), not only after the 16 MiB that pay numpy's import in analyze
+LIVE_SIZE_HINT = NUMPY_AFTER_BYTES + 1
+ANALYSIS_PIECE = 128 << 10  # the analysis splits reads into pieces of at most this (`Watcher.analyse_bytes`)
+SWITCH_INTERVAL_S = 0.0005  # the GIL is handed to a thread that waits for it after at most this (`_short_switch_interval`)
 
 
 class StdoutClosed(KvlogdiagError):
@@ -400,7 +409,7 @@ class Watcher:
         # the root cause of a failed start is reported the moment its line arrives, not at EOF
         self.session.extractor.startup.listeners.append(self._on_cause)
         self.cause_seen = False
-        self.lines = StreamLines(analyzer.line_prefilter())
+        self.lines = StreamLines(analyzer.line_prefilter(), LIVE_SIZE_HINT)
         self.echo_tail = b""  # bytes of a partial line not echoed yet
         self.last_input = clock()
         self.position = 0  # the line the analysis has reached
@@ -447,8 +456,10 @@ class Watcher:
             self._echo(data)
 
     def analyse_bytes(self, data: bytes) -> None:
-        """The analysis half of `take`."""
-        self._guard(self._feed_lines, lambda: self.lines.feed(data))
+        """The analysis half of `take`, in pieces of at most `ANALYSIS_PIECE` bytes: the search for candidate
+        lines runs in C and holds the GIL for a whole piece, the echo on the reading thread waits that long."""
+        for i in range(0, len(data), ANALYSIS_PIECE):
+            self._guard(self._feed_lines, partial(self.lines.feed, data[i: i + ANALYSIS_PIECE]))
 
     def idle(self) -> None:
         """Nothing more to read right now: bring the analysis up to date with what was read."""
@@ -1541,6 +1552,26 @@ def _waits_for_analysis(fd: int) -> bool:
         return False
 
 
+def _short_switch_interval(fn: Callable[P, int]) -> Callable[P, int]:
+    """Run ``fn`` with the interpreter's thread switch interval at `SWITCH_INTERVAL_S` (restored after).
+
+    The reading thread takes the GIL a few times per read (the read, the echo's write, the hand-over), and
+    each time a busy analysis thread would otherwise keep it for up to Python's default 5 ms: the echo then
+    waited for the analysis after all (8 ms median, up to 28 ms, per line behind a 200 ms CPU-bound rule; the
+    bench's 60 MB log echoed at ~120,000 lines/s instead of ~1 M)."""
+    @wraps(fn)
+    def run(*args: P.args, **kwargs: P.kwargs) -> int:
+        old = sys.getswitchinterval()
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            sys.setswitchinterval(old)
+
+    return run
+
+
+@_short_switch_interval
 def watch_main(analyzer: Analyzer, *, follow: str | None = None, from_end: bool = False, echo: bool = True,
                fmt: str = "text", repeat_after: float = 300.0, in_fd: int | None = None, out_fd: int = 1,
                err_stream: io.TextIOBase | None = None, hard_exit: bool = False, metrics_url: str | None = None,
@@ -1550,7 +1581,8 @@ def watch_main(analyzer: Analyzer, *, follow: str | None = None, from_end: bool 
     ``hard_exit``: when the analysis thread is still running at the end (stuck), leave with ``os._exit``
     — a daemon thread blocked inside a stderr write could otherwise abort the interpreter's shutdown.
     ``metrics_url``: poll that Prometheus endpoint every ``metrics_interval`` s beside the log (`MetricsPoller`).
-    ``follows``: several files or globs to follow, each with its own analysis (`FollowSet`)."""
+    ``follows``: several files or globs to follow, each with its own analysis (`FollowSet`).
+    The thread switch interval is `SWITCH_INTERVAL_S` while it runs (`_short_switch_interval`)."""
     if follows and (len(follows) > 1 or is_glob(follows[0])):
         return _watch_many(analyzer, follows, from_end, echo, fmt, repeat_after, out_fd, err_stream, hard_exit)
     if follows:
