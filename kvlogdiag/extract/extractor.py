@@ -8,7 +8,6 @@ the `LogFacts`. Deciding what the facts *mean* (which value wins, bytes per toke
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Any, Callable
 
@@ -21,7 +20,7 @@ from kvlogdiag.extract.failures import StartupTracker
 from kvlogdiag.extract.platform import RECORD as PLATFORM_RECORD
 from kvlogdiag.extract.platform import evidence as platform_evidence
 from kvlogdiag.extract.pyrepr import CLASS_KEY, parse_json_or_repr, parse_repr, scalar, split_key_values, unwrap_path
-from kvlogdiag.extract.stats_batch import BATCH_LINES, fold, stats_values
+from kvlogdiag.extract.stats_batch import BATCH_LINES, _float, fold, stats_values
 from kvlogdiag.input.reader import Line
 
 # config keys kvlogdiag tracks; args dicts use argparse dest names
@@ -64,16 +63,6 @@ def _int(text: str | None) -> int | None:
     except ValueError:
         return None
     return v if -_INT_LIMIT < v < _INT_LIMIT else None
-
-
-def _float(text: str | None) -> float | None:
-    if text is None or len(text) > 40:
-        return None
-    try:
-        v = float(text)
-    except ValueError:
-        return None
-    return v if math.isfinite(v) else None
 
 
 def _div(v: float | None, by: float) -> float | None:
