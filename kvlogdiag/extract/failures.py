@@ -211,7 +211,8 @@ _LITERAL = recache.compile(r'"((?:[^"\\]|\\.)*)"|\'((?:[^\'\\]|\\.)*)\'')
 _PLACEHOLDER = recache.compile(r"\{[A-Za-z_][\w.]*(?:\[[^\]]*\])?(?:![rsa])?(?::[^{}]*)?\}")
 # torch's C10 log records ("[W ProcessGroupGloo.cpp:721] …", "[E1002 10:00:00.123 ProcessGroupNCCL.cpp:616] …"): a level
 # letter, an optional glog-style date, file:line
-_C10 = recache.compile(r"^\[(?P<l>[WEIF])(?:\d{4} \d\d:\d\d:\d\d\.\d+(?: \d+)?)? ?[\w./-]+\.(?:cpp|cc|h|hpp):\d+\] ")
+# (the space before the file is required, so the date's digits and the file name cannot trade characters)
+_C10 = recache.compile(r"^\[(?P<l>[WEIF])(?:\d{4} \d\d:\d\d:\d\d\.\d+(?: \d+)?)? [\w./-]+\.(?:cpp|cc|h|hpp):\d+\] ")
 _C10_LEVEL = {"W": "WARNING", "E": "ERROR", "I": "INFO", "F": "CRITICAL"}
 # an error a reporter names inside a sentence with its quoted message ("fails with KeyError: 'layers.X.w2_weight' during
 # weight loading")
