@@ -666,9 +666,6 @@ def write_doc(table_md: str, info: dict, notes: list, command: str, started: str
         fh.write(text)
 
 
-SECTIONS = ("long", "shapes", "scaling", "watch", "archive", "dask", "start-up")  # --only picks some of them
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description="kvlogdiag performance benchmark")
     ap.add_argument("--quick", action="store_true", help="small inputs (a smoke test of this script)")
