@@ -183,7 +183,6 @@ KNOWN_MISSES = {
     "r21_17_v063_nix_jetson_orin_engine_start_current_memory_usage_unboundlocalerror",
     "r21_18_k8s_ray_3x8_h100_deepseek_r1_bundle_check_thread_resource_unavailable",
     "r21_19_v05_local_ray_thread_cap_4096_grpc_pthread_create_failed",
-    "r21_20_v0_mp_engine_gemma3_12b_transformers_unknown_model_type_gemma3",
     "r21_25_v070_wsl2_win10_tp2_cuda_unknown_error_before_model_load_prose",
     "r22_04_mooncake_lmcache_pd_prefiller_first_request_num_transferred_tokens_nonetype",
     "r22_11_tenstorrent_fork_v0_mp_engine_n150_ttnn_dispatch_core_config_incompatible_args",
@@ -197,7 +196,7 @@ KNOWN_MISSES = {
     "r23_08_v06_mistral_nemo_tokenizer_mode_mistral_guided_json_get_vocab_request_time",
     "r24_17_gpustack_custom_vllm085_v1_ray_distributed_aarch64_actor_worker_process_died",
     # rounds 25-26: classes read from the thread (a missing pandas under Ray as ray; QWenLMHeadModel "not supported for
-    # now" and transformers not knowing qwen2_vl as model where the catalogue says arch; a HIP invalid device function
+    # now" as model where the catalogue says arch; a HIP invalid device function
     # on gfx1151 as arch where it says kernel); Ascend driver lines indented under an ERROR record whose header is cut; an
     # INFO "No platform detected" under headless frames; a worker killed by SIGKILL read as memory (the tool says not in
     # the excerpt, as r8_27); a CUDA failure only in V0's WARNING that it could not pickle the failed inputs; a V1→V0
@@ -209,8 +208,7 @@ KNOWN_MISSES = {
     "r26_16_xinference_151_pip_vllm070_v0_qwen25_72b_4xa800_profile_run_cuda_unspecified_launch_failure",
     "r26_19_mineru_gradio_vllm_engine_quadro_rtx6000_cc75_v1_fallback_v0_asyncllm_mismatch",
     "r26_20_api_for_open_llm_vllm_01x_qwen_7b_chat_qwenlmheadmodel_not_supported_for_now",
-    "r26_24_rocm_ryzen_ai_max_395_gfx1151_vllm_dev_navi_085_docker_serve_qwen3_rotary_init_hip_invalid_device_function",
-    "r26_25_runpod_worker_vllm_serverless_template_qwen2_vl_transformers_does_not_recognize_architecture"}
+    "r26_24_rocm_ryzen_ai_max_395_gfx1151_vllm_dev_navi_085_docker_serve_qwen3_rotary_init_hip_invalid_device_function"}
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.xfail(strict=True, reason="known miss"))
@@ -1005,7 +1003,7 @@ def test_loader_and_ptxas_and_ray_gcs_and_mooncake_plugin_messages_are_catalogue
         "(EngineCore_DP0 pid=93) ptxas fatal   : Value 'sm_121a' is not defined for option 'gpu-name'": "kernel_missing",
         "> gcs_rpc_client.h:552: Failed to connect to GCS within 60 seconds. GCS may have been killed.": "ray_gcs_unreachable",
         "Unable to find metadata storage plugin etcd with conn string: etcd://10.72.12.100:2379": "mooncake_metadata_plugin",
-        "An error occurred: The checkpoint you are trying to load has model type qwen2_vl but Transformers does not recognize this architecture.": "architecture_not_supported",
+        "An error occurred: The checkpoint you are trying to load has model type qwen2_vl but Transformers does not recognize this architecture.": "transformers_unknown_model_type",
     }
     for line, cid in cases.items():
         assert run([line])["cause_id"] == cid, line
