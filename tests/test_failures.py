@@ -174,15 +174,12 @@ KNOWN_MISSES = {
     # round 20: cause and class found; the labeled port comes from the reporter's next bullet ("Example bind target:
     # tcp://<sub-node-ip>:40043"), not from the cause line
     "r20_07_gpustack_v223_vllm0251_mp_multinode_tp16_zmq_address_already_in_use",
-    # rounds 21-22: Ray core-worker / gRPC C++ lines the prefilter or catalogue does not know (an NCCL error 5 in a
-    # 2023 Ray worker, pthread_create failing under a thread cap — Ray's own "Failed to register worker" after it
-    # was reported, wrong), errors only in prose, an INFO line the labeler takes as the cause
+    # rounds 21-22: a thread-creation failure (EAGAIN) in Ray's bundle_reservation_check_func, found since session 7
+    # but classed unknown (ray by the thread), errors only in prose, an INFO line the labeler takes as the cause
     # (Habana's "Generated 0 decode buckets"), request time only by the
     # thread (an LMCache prefiller's first request), classes read from the thread
-    "r21_10_v01_ray_tp_core_worker_unhandled_nccl_error_5_invalid_usage",
     "r21_17_v063_nix_jetson_orin_engine_start_current_memory_usage_unboundlocalerror",
     "r21_18_k8s_ray_3x8_h100_deepseek_r1_bundle_check_thread_resource_unavailable",
-    "r21_19_v05_local_ray_thread_cap_4096_grpc_pthread_create_failed",
     "r21_25_v070_wsl2_win10_tp2_cuda_unknown_error_before_model_load_prose",
     "r22_04_mooncake_lmcache_pd_prefiller_first_request_num_transferred_tokens_nonetype",
     "r22_11_tenstorrent_fork_v0_mp_engine_n150_ttnn_dispatch_core_config_incompatible_args",
@@ -1007,3 +1004,60 @@ def test_loader_and_ptxas_and_ray_gcs_and_mooncake_plugin_messages_are_catalogue
     }
     for line, cid in cases.items():
         assert run([line])["cause_id"] == cid, line
+
+
+# -- session 7: C++ records and uncaught C++ exceptions ------------------------------------------------------------
+
+KW = [k.encode() for k in prefilter_keywords()]
+
+
+def test_ray_terminate_handler_record_states_the_cause():
+    # Ray's C++ record ("[date time,ms L pid tid] file.cc:N: "), its terminate handler naming the uncaught exception
+    lines = ["[2023-07-11 15:20:05,159 I 42067 42067] core_worker.cc:2673: Creating actor: b66dd417878bbd0cda7ea4e601000000",
+             "[2023-07-11 15:20:15,496 W 42067 42248] metric_exporter.cc:209: [1] Export metrics to agent failed: GrpcUnknown: "
+             "RPC Error message: Method not found!; RPC Error details: . This won't affect Ray, but you can lose metrics from the cluster.",
+             "[2023-07-11 15:20:41,680 E 42067 42067] logging.cc:97: Unhandled exception: St13runtime_error. what(): NCCL Error 5: invalid usage",
+             "[2023-07-11 15:20:41,788 E 42067 42067] logging.cc:104: Stack trace: "]
+    r = run(lines, keep=KW)
+    assert r["failed"] and r["cause_line"] == 3 and r["exception"] == "St13runtime_error"
+    assert r["cause_text"] == "Unhandled exception: St13runtime_error. what(): NCCL Error 5: invalid usage"
+    assert r["cause_class"] == "comm"
+    # behind a Ray task's process prefix
+    r = run(["(bundle_reservation_check_func pid=630) [2025-02-16 02:29:23,228 E 630 630] logging.cc:108: Unhandled exception: "
+             "N5boost10wrapexceptINS_6system12system_errorEEE. what(): thread: Resource temporarily unavailable [system:11]"], keep=KW)
+    assert r["cause_line"] == 1 and r["process"] == "bundle_reservation_check_func pid=630"
+    # Ray's INFO / WARNING records state no cause, and the warning's "RPC Error message" is no exception
+    r = run(lines[:2], keep=KW)
+    assert not r["failed"] and r["cause_line"] is None
+
+
+def test_libstdcxx_terminate_and_its_what_line_state_the_cause():
+    lines = ["INFO 05-01 10:00:00 [gpu_model_runner.py:1] Loading model weights took 14.99 GiB",
+             "terminate called after throwing an instance of 'c10::Error'",
+             "  what():  CUDA error: an illegal memory access was encountered",
+             "Exception raised from c10_cuda_check_implementation at ../c10/cuda/CUDAException.cpp:43 (most recent call first):"]
+    r = run(lines, keep=KW)
+    assert r["failed"] and r["cause_line"] == 2 and r["exception"] == "c10::Error"
+    assert r["cause_text"] == ("terminate called after throwing an instance of 'c10::Error' what(): "
+                               "CUDA error: an illegal memory access was encountered")
+    # an exception that is no std::exception has no what() line: the type alone is the cause
+    r = run(["terminate called after throwing an instance of 'int'", "Aborted (core dumped)"], keep=KW)
+    assert r["cause_line"] == 1 and r["exception"] == "int"
+    # a what() line that no terminate line announced is not taken for one
+    r = run(["  what():  std::bad_alloc"], keep=KW)
+    assert r["cause_line"] is None
+
+
+def test_first_native_record_of_a_run_is_the_cause():
+    # gRPC's own record (glog prefix, nanoseconds, file:line] padded to a column) inside Ray's core worker, then Ray's
+    # record of the consequence: the first record is the first cause
+    lines = ["2024-07-10 15:24:06,387\tINFO worker.py:1771 -- Started a local Ray instance.",
+             "E0710 15:24:06.605366961 2474524 thd.cc:157]                           pthread_create failed: Resource temporarily unavailable",
+             "[2024-07-10 15:24:06,819 E 2474429 2474429] core_worker.cc:251: Failed to register worker 01000000ffffffff to Raylet. "
+             "IOError: [RayletClient] Unable to register worker with raylet. No such file or directory"]
+    r = run(lines, keep=KW)
+    assert r["cause_line"] == 2 and r["cause_text"] == "pthread_create failed: Resource temporarily unavailable"
+    assert r["details"]["logged_by"].startswith("line 3: ")
+    # far apart (more than NATIVE_LINES), the later record stays the cause
+    r = run([lines[1], *["INFO 07-10 15:24:06 [x.py:1] ok"] * 8, lines[2]], keep=KW)
+    assert r["cause_line"] == 10

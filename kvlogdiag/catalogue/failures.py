@@ -55,7 +55,10 @@ EXTRA_KEYWORDS = ("ERROR", "Error", "error:", "Exception", "Traceback", "Killed"
                   # message, on the next line, is no error of its own)
                   "No module named '", "Warning: ",
                   # JAX / XLA status lines; vLLM resolving no platform
-                  "RESOURCE_EXHAUSTED: ", "UnspecifiedPlatform")
+                  "RESOURCE_EXHAUSTED: ", "UnspecifiedPlatform",
+                  # an uncaught C++ exception: Ray's terminate handler and libstdc++'s (whose "  what():  <message>"
+                  # line may carry no other keyword)
+                  "Unhandled exception: ", "terminate called after throwing", "what():")
 
 
 @dataclass(frozen=True)

@@ -185,7 +185,21 @@ _PARAM_LEAD = recache.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)+ ")
 # a C++ record in glog's format ("E20260602 11:31:39.296126 20821 real_client.cpp:239] …": level letter, date,
 # time, thread id, file:line; glog's documented line prefix, older releases without the year): Mooncake's
 # transfer engine and store log their failures this way, and the Python wrapper only says that the call failed
-_GLOG = recache.compile(r"^(?P<level>[EFW])(?:\d{4})?\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ (?P<loc>[\w./-]+\.(?:cpp|cc|cxx|h|hpp):\d+)\] (?P<msg>\S.*)$")
+# gRPC's C core prints the same prefix (nanoseconds, file:line] padded to a column: "E0710 15:24:06.605366961 2474524
+# thd.cc:157]                 pthread_create failed: …", grpc src/core/lib/gpr/log_linux.cc), so spaces may follow the bracket
+_GLOG = recache.compile(r"^(?P<level>[EFW])(?:\d{4})?\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ (?P<loc>[\w./-]+\.(?:cpp|cc|cxx|h|hpp):\d+)\] +(?P<msg>\S.*)$")
+# Ray's C++ log record (core worker, raylet, GCS; RayLog's spdlog pattern "[%Y-%m-%d %H:%M:%S,%e %L %P %t] " then
+# "file.cc:N: "): "[2023-07-11 15:20:41,680 E 42067 42067] logging.cc:97: …" — a level letter like glog's
+_RAY_CPP = recache.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (?P<l>[DIWEF]) \d+ \d+\] (?P<loc>[\w./-]+\.(?:cc|cpp|h|hpp):\d+): ")
+# a C++ exception nobody caught: the process calls std::terminate and aborts, so the exception is the error that ended
+# it. Ray's terminate handler logs "Unhandled exception: <mangled type>. what(): <message>" (its own record, as
+# logging.cc:97 in Ray 2.x and :108 later); libstdc++'s verbose terminate handler (libstdc++-v3/libsupc++/vterminate.cc,
+# every GCC-built program: torch, NCCL users, vLLM's extensions) writes "terminate called after throwing an instance of
+# '<type>'" and, for a std::exception, "  what():  <message>" on the next line
+_CPP_UNHANDLED = recache.compile(r"^Unhandled exception: (?P<type>\S+?)\.? what\(\): (?P<msg>\S.*)$")
+_CPP_TERMINATE = recache.compile(r"^terminate called after throwing an instance of '(?P<type>[^'\n]{1,200})'$")
+_CPP_WHAT = recache.compile(r"^what\(\): +(?P<msg>\S.*)$")
+_ANY_MSG = recache.compile(r"^(?P<msg>.*)$")
 # a collective library's own record, tag and file:line in brackets (Kunlun's "[XCCL][util.cpp:346] dev 0 addr_window
 # not properly set"): no level, so it counts only above a wrapper that reports a native failure
 _TAGGED_NATIVE = recache.compile(r"^\[(?P<tag>[A-Z][A-Z0-9_]{1,15})\]\[(?P<loc>[\w./-]+\.(?:cpp|cc|cxx|c|h|hpp):\d+)\] (?P<msg>\S.*)$")
@@ -234,6 +248,14 @@ def _record_loc(text: str) -> str | None:
     """The ``file.py:N`` of a vLLM log record's head: two records of one logging call share it."""
     m = _RECORD_LOC.search(text, 0, HEAD_WINDOW)
     return m.group(1) if m else None
+
+
+def _native_record(raw: str) -> bool:
+    """Whether a raw line is a C++ library's own ERROR / FATAL record (glog's or gRPC's prefix, Ray's C++ record)."""
+    body = split_level(raw)[1].lstrip()
+    if (g := _GLOG.match(body)) is not None:
+        return g.group("level") != "W"
+    return (r := _RAY_CPP.match(body)) is not None and r.group("l") in "EF"
 
 
 def _unquote(text: str) -> str:
@@ -376,6 +398,10 @@ class StartupTracker:
             gm = _GLOG.match(text)
         elif text[:1] == "[" and "][" in text[:20]:
             gm = _TAGGED_NATIVE.match(text)
+        elif "] " in text[:HEAD_WINDOW] and (rc := _RAY_CPP.search(split_level(text)[1][:HEAD_WINDOW])) is not None \
+                and rc.group("l") in "EF":
+            native_text = split_level(text)[1]
+            gm = _ANY_MSG.match(native_text[rc.end():])
         if gm is not None:
             if gm.groupdict().get("level") != "W" and (self._native is None or line.number > self._native_last + NATIVE_LINES):
                 self._native = (line.number, line.rank, line.raw, gm.group("msg").strip(), process_of(line))
@@ -421,6 +447,8 @@ class StartupTracker:
                 body = body[1:] if body[:1] == " " else body
         if level is None and body[:1] == "[" and (cm := _C10.match(body)):
             level, body = _C10_LEVEL[cm.group("l")], body[cm.end():]
+        elif level is None and body[:2] == "[2" and (rcm := _RAY_CPP.match(body)):
+            level, body = (_C10_LEVEL.get(rcm.group("l")) or "DEBUG"), body[rcm.end():]
         body_s = body.strip()
         if body_s[:1] in ("*", "_", "`") and _MD_OPEN.match(body_s):
             body_s = _MD_CLOSE.sub("", _MD_OPEN.sub("", body_s))
@@ -548,7 +576,21 @@ class StartupTracker:
             if im:
                 c0.text = f"{c0.text}: {(im.group('value_error') or im.group('item')).strip()}"
                 return
+        c0 = self.cause
+        if c0 is not None and c0.line == line.number - 1 and c0.process == proc and c0.details.get("cpp_terminate") \
+                and (wm_ := _CPP_WHAT.match(body_s)):
+            # libstdc++'s "  what():  <message>" under its terminate line: the message the exception carried
+            c0.text = f"{c0.text} what(): {wm_.group('msg')}"
+            c0.match = self.cat.match(wm_.group("msg"))
+            c0.raw = f"{c0.raw} {line.raw.strip()}"
+            return
         if self.cause is not None or code_line:
+            return
+        if body_s[:10] in ("Unhandled ", "terminate ") and ((um := _CPP_UNHANDLED.match(body_s)) or (um := _CPP_TERMINATE.match(body_s))):
+            msg_ = um.groupdict().get("msg")
+            self._set_cause(line, proc, body_s, self.cat.match(msg_) if msg_ else None, um.group("type"), "unknown",
+                            {"cpp_terminate": "yes"}, tb)
+            self._continue = None  # the next lines are the handler's stack trace, not more of the message
             return
         m = self.cat.match(body_s)
         exc = em.group("exc") if em else None
@@ -838,6 +880,14 @@ class StartupTracker:
                 # the wrapper's "… failed." is an echo of the native library's record above it
                 out["details"] = {**out["details"], "logged_by": f"line {c.line}: {c.text[:200]}"
                                   + (f" ({c.process})" if c.process and c.process != nv[4] else "")}
+                out.update(cause_line=nv[0], cause_rank=nv[1], cause_raw=nv[2], cause_text=nv[3], process=nv[4])
+            elif nv is not None and nv[0] < c.line <= self._native_last and nv[4] == c.process \
+                    and c.details.get("cpp_terminate") is None and _native_record(c.raw):
+                # the cause is itself a native ERROR record, a later one of a run of them from one process (gRPC's
+                # "pthread_create failed" under Ray's core worker, then Ray's "Failed to register worker"): C++ code
+                # logs the failure where it happens and each caller logs its own consequence, so the first record
+                # of the run is the first cause; the class stays the one the later record names
+                out["details"] = {**out["details"], "logged_by": f"line {c.line}: {c.text[:200]}"}
                 out.update(cause_line=nv[0], cause_rank=nv[1], cause_raw=nv[2], cause_text=nv[3], process=nv[4])
             hw = self._hma_off
             if hw is not None and out["cause_class"] == "memory" and hw[0] < c.line:
