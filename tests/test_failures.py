@@ -113,8 +113,7 @@ KNOWN_MISSES = {
     # round 13: the failure is known only from the thread's title; the excerpt shows a non-fatal probe
     "r13_15_v092_voxtral_safetensors_retry_then_cut",
     # round 13: the error is only written inside a prose sentence, without quotes or backticks
-    "r13_26_v1_v100_nixl_connector_not_kvconnectorbase",
-    "r13_38_xinference_vllm_asyncengineargs_unexpected_kwarg",
+    "r13_26_v1_v100_nixl_connector_not_kvconnectorbase",  # (r13_38, an xoscar relay, is read since session 7)
     # round 14: vendor runtime and compiler lines with no released text to catalogue them from (hipcc's
     # "Please provide architecture", ROCm's HSA memory query, Ascend GE's TransData tiling), a KServe wrapper's
     # "Failed to start model server: <Python message>", torch's NVML internal assert only in prose
@@ -186,7 +185,6 @@ KNOWN_MISSES = {
     "r22_14_xinference_0100_vllm033_a10_gpu_idx_4_cuda_lazy_init_device_num_gpus_assert_prose",
     "r22_16_tritonserver_2508_vllm_backend_v01011_v1_setup_metrics_asyncllm_no_engine",
     "r22_17_habana_vllm_fork_pr_mixtral_warmup_generated_0_decode_buckets_zerodivision",
-    "r22_22_ascend_310p_v0170_deepseek_v32_kv_cache_dtype_fp8_invalid_float16_prose",
     # rounds 23-24: request time known only from the thread (a MistralTokenizer's get_vocab in guided decoding, quoted in
     # prose: wrong); Ray's "The actor is dead because its worker process has died" read as the cause (r8_27 reads the
     # same message as a death notice whose cause is not in the excerpt, as the catalogue does)
@@ -1061,3 +1059,31 @@ def test_first_native_record_of_a_run_is_the_cause():
     # far apart (more than NATIVE_LINES), the later record stays the cause
     r = run([lines[1], *["INFO 07-10 15:24:06 [x.py:1] ok"] * 8, lines[2]], keep=KW)
     assert r["cause_line"] == 10
+
+
+def test_xoscar_relayed_exception_is_the_cause_when_nothing_better_shows():
+    # xoscar's `_AsCauseBase.__str__`: "[address=<host:port>, pid=<pid>] <the actor's exception>", as a wrapper reports it
+    line = ("添加参数会显示Server error: 500 - [address=0.0.0.0:46149, pid=156] AsyncEngineArgs.__init__() got an unexpected "
+            "keyword argument 'tool-call-parser'")
+    r = run([line], keep=KW)
+    assert r["cause_line"] == 1 and r["cause_text"] == "AsyncEngineArgs.__init__() got an unexpected keyword argument 'tool-call-parser'"
+    assert r["cause_class"] == "config"  # vLLM's engine argument tool_call_parser, spelled as its flag
+    assert r["details"]["relayed_by"] == "xoscar actor at 0.0.0.0:46149 pid=156"
+    # a catalogued message behind the prefix keeps its entry; a logged exception of the log itself comes first
+    r = run(["2025-04-12 21:57:39,467 xinference.api.restful_api 1 ERROR    [address=0.0.0.0:43423, pid=167] The model's max seq "
+             "len (32768) is larger than the maximum number of tokens that can be stored in KV cache (17744). Try increasing "
+             "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."], keep=KW)
+    assert r["cause_class"] == "memory"
+    r = run(["ValueError: Bfloat16 is only supported on GPUs with compute capability of at least 8.0.",
+             "RuntimeError: Failed to launch model, detail: [address=0.0.0.0:35197, pid=418773] Bfloat16 is only supported"], keep=KW)
+    assert r["cause_line"] == 1
+
+
+def test_cjk_sentence_introducing_the_error_with_a_full_width_colon():
+    line = ("在vllm 0.17.0镜像中使用命令vllm serve --kv-cache-dtype fp8 --dtype float16跑deepseek v3.2，报错：AssertionError: "
+            "Invalid kv_cache_dtype: float16. Valid values are: ('auto', 'bfloat16', 'fp8')")
+    r = run([line], keep=KW)
+    assert r["cause_line"] == 1 and r["exception"] == "AssertionError"
+    assert r["cause_text"].startswith("AssertionError: Invalid kv_cache_dtype: float16.")
+    # the full-width colon before words that are no exception line states nothing
+    assert run(["启动失败，报错：显存不足 Error 请检查"], keep=KW)["cause_line"] is None

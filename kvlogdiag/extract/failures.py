@@ -141,6 +141,9 @@ _LITERAL_ESC = recache.compile(r"#033\[[0-9;]*[A-Za-z]|\^\[\[[0-9;]*[A-Za-z]|#01
 # a short lead before a pasted exception line ("报错：", "Error: ")
 _LEAD = recache.compile(r"^(?:[^\s:：]{1,12}[:：]\s*|\d{1,2}[.)]\s+|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z?\s+|[\]\)>|]+\s+)"
                         r"(?=(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)\b)")
+# a sentence in CJK that introduces the pasted error with a full-width colon ("…跑deepseek v3.2，报错：AssertionError: …"):
+# the colon (U+FF1A) is the writer's quotation mark, the exception line starts after it
+_CJK_LEAD = recache.compile(r"^[^\n：]{1,300}?[\u3000-\u30ff\u4e00-\u9fff\uff00-\uffef]：\s*(?=(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception): \S)")
 # NCCL's wrapper errors that state a CUDA / system failure on the lines after them ("Last error: ...")
 _WRAPPER = recache.compile(r"unhandled cuda error|ncclUnhandledCudaError|unhandled system error|ncclSystemError")
 # a reporter's Markdown emphasis around a pasted line (**_ValueError: ..._**, `ValueError: ...`)
@@ -200,6 +203,10 @@ _CPP_UNHANDLED = recache.compile(r"^Unhandled exception: (?P<type>\S+?)\.? what\
 _CPP_TERMINATE = recache.compile(r"^terminate called after throwing an instance of '(?P<type>[^'\n]{1,200})'$")
 _CPP_WHAT = recache.compile(r"^what\(\): +(?P<msg>\S.*)$")
 _ANY_MSG = recache.compile(r"^(?P<msg>.*)$")
+# an exception an xoscar actor raised, re-raised in its caller (Xinference's model workers run vLLM in xoscar actors):
+# its str() is "[address=<host:port>, pid=<pid>] <the original exception's str>" (xoscar 0.12.2
+# xoscar/backends/message.pyx:209-211 `_AsCauseBase.__str__`), so what follows the bracket is the failing call's error
+_XOSCAR = recache.compile(r"\[address=(?P<address>[\w.:\[\]-]{3,80}), pid=(?P<pid>\d+)\] (?P<msg>\S[^\n]{7,})$")
 # a collective library's own record, tag and file:line in brackets (Kunlun's "[XCCL][util.cpp:346] dev 0 addr_window
 # not properly set"): no level, so it counts only above a wrapper that reports a native failure
 _TAGGED_NATIVE = recache.compile(r"^\[(?P<tag>[A-Z][A-Z0-9_]{1,15})\]\[(?P<loc>[\w./-]+\.(?:cpp|cc|cxx|c|h|hpp):\d+)\] (?P<msg>\S.*)$")
@@ -459,6 +466,8 @@ class StartupTracker:
             lead = _LEAD.match(body_s)
             if lead:
                 body_s = body_s[lead.end():]
+            elif level is None and "：" in body_s and (lead := _CJK_LEAD.match(body_s)):
+                body_s = body_s[lead.end():]
         if len(body_s) > 300 and 'File "' in body_s[:2000]:
             starts = [m.start(1) for m in _INLINE_EXC.finditer(body_s)]
             if starts:
@@ -645,6 +654,13 @@ class StartupTracker:
             inner = tm.group("exc_text")
             self._bare = self._candidate(line, proc, inner, self.cat.match(inner), tm.group("name"), "unknown",
                                          {"quoted_in_prose": "yes"}, None)
+        elif em is None and self._bare is None and not code_line and level in (None, "ERROR", "CRITICAL") and death is None \
+                and "[address=" in body_s and (xm := _XOSCAR.search(body_s)) is not None:
+            # a remote actor's exception as its caller reports it (a wrapper's HTTP 500, "Failed to launch model"):
+            # the cause only if the log shows nothing better
+            msg_x = _unquote(xm.group("msg").strip())
+            self._bare = self._candidate(line, proc, msg_x, self.cat.match(msg_x), None, "unknown",
+                                         {"relayed_by": f"xoscar actor at {xm.group('address')} pid={xm.group('pid')}"}, None)
         elif em is None and self._bare is None and not code_line and level in (None, "ERROR") and death is None \
                 and body_s[:17] == "No module named '" and _NO_MODULE.match(body_s):
             self._bare = self._candidate(line, proc, body_s, self.cat.match(body_s), "ModuleNotFoundError", "unknown", {}, None)
@@ -847,8 +863,10 @@ class StartupTracker:
                     # a pydantic validation error stays config unless its words name a narrower class outright
                     cls = hint or cls if cls == "unknown" else (hint if hint in ("quant", "dtype", "parallel", "arch")
                                                                 and c.exception == "ValidationError" else cls)
-                if cls == "unknown" and (km := _UNEXPECTED_KW.search(c.text)) and km.group(1) in arg_table()["kwargs"]:
-                    # one of vLLM's own engine arguments passed to a release (or a wrapper) that does not take it
+                if cls == "unknown" and (km := _UNEXPECTED_KW.search(c.text)) \
+                        and (km.group(1) in arg_table()["kwargs"] or km.group(1).replace("-", "_") in arg_table()["kwargs"]):
+                    # one of vLLM's own engine arguments passed to a release (or a wrapper) that does not take it, also
+                    # spelled as its command-line flag (a wrapper passing `tool-call-parser` through as a keyword)
                     cls = "config"
                 if cls == "unknown" and any(f in arg_table()["flags"] for f in _FLAG.findall(c.text)):
                     # the message names vLLM's own command-line flags: a combination of settings it refuses
