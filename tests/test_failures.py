@@ -118,7 +118,7 @@ KNOWN_MISSES = {
     # "Please provide architecture", ROCm's HSA memory query, Ascend GE's TransData tiling), a KServe wrapper's
     # "Failed to start model server: <Python message>", torch's NVML internal assert only in prose
     "r14_05_v016_strix_halo_qwen3_omni_hip_no_architecture", "r14_06_rocm57_v032_llm_hipmemgetinfo_invalid_value",
-    "r14_24_ascend_v0110_eagle3_ge_tiling_transdata_missing", "r14_17_kserve013_hf_vllm_failed_start_division_by_zero",
+    "r14_17_kserve013_hf_vllm_failed_start_division_by_zero",
     "r14_18_kserve_hf_llama3_nvml_internal_assert_prose",
     # round 14: failed by the thread; the excerpt stops after healthy start-up lines / one import warning
     "r14_11_tpu_v073_device_tpu_deepseek_r1_cut", "r14_12_glm4_v054_v100_openai_api_server_cut",
@@ -1087,3 +1087,18 @@ def test_cjk_sentence_introducing_the_error_with_a_full_width_colon():
     assert r["cause_text"].startswith("AssertionError: Invalid kv_cache_dtype: float16.")
     # the full-width colon before words that are no exception line states nothing
     assert run(["启动失败，报错：显存不足 Error 请检查"], keep=KW)["cause_line"] is None
+
+
+def test_cann_plog_error_record_is_the_cause_when_nothing_better_shows():
+    ge = ("[ERROR] GE(173913,):2025-12-25-17:14:00.937.954 [tiling.cc:312]174006 BuildTilingParseOutputs: ErrorNo: "
+          "1343225857(Parameter invalid!) Failed to find func by type TransData, func_name compile_info_creator")
+    r = run([ge, "[ERROR] GE(173913,):2025-12-25-17:14:00.937.973 [execution_data_builder.cc:49]174006 CreateKernelOutputs: "
+                 "ErrorNo: 4294967295(failed) Failed to create output for node TilingParse_trans_TransData_0_131 type TilingParse"], keep=KW)
+    assert r["cause_line"] == 1 and r["cause_class"] == "kernel" and r["details"]["native_record"] == "CANN GE tiling.cc:312"
+    assert r["cause_text"].startswith("BuildTilingParseOutputs: ErrorNo: 1343225857(Parameter invalid!) Failed to find func")
+    # an exception that ends a traceback is the better cause; a WARNING record of CANN is none
+    r = run([ge, "Traceback (most recent call last):", '  File "/x/vllm_ascend/worker/model_runner_v1.py", line 9, in _dummy_run',
+             "RuntimeError: ACL stream synchronize failed, error code:507018"], keep=KW)
+    assert r["cause_line"] == 4
+    r = run(["[WARNING] GE(173913,python):2025-12-25-17:14:00.937.954 [graph.cc:1]174006 Fallback to host"], keep=KW)
+    assert r["cause_line"] is None and not r["failed"]

@@ -203,6 +203,16 @@ _CPP_UNHANDLED = recache.compile(r"^Unhandled exception: (?P<type>\S+?)\.? what\
 _CPP_TERMINATE = recache.compile(r"^terminate called after throwing an instance of '(?P<type>[^'\n]{1,200})'$")
 _CPP_WHAT = recache.compile(r"^what\(\): +(?P<msg>\S.*)$")
 _ANY_MSG = recache.compile(r"^(?P<msg>.*)$")
+# Ascend CANN's own log record (plog / slog, what the graph engine, HCCL, the runtime print to stderr with
+# ASCEND_SLOG_PRINT_TO_STDOUT): "[ERROR] GE(173913,python):2025-12-25-17:14:00.937.954 [tiling.cc:312]174006 <message>" —
+# level, module(pid,process), date-time with milli- and microseconds, [file:line], thread id
+_CANN_PLOG = recache.compile(r"^\[(?P<level>ERROR|WARNING|INFO|DEBUG|EVENT)\] (?P<mod>[A-Z][A-Z0-9_]{1,15})\(\d+,[^()\n]{0,60}\):"
+                             r"\d{4}-\d\d-\d\d-\d\d:\d\d:\d\d\.\d{3}\.\d{3} \[(?P<loc>[\w./-]+\.(?:cc|cpp|c|h|hpp):\d+)\]"
+                             r"(?:\d+ |tid:\d+,| )?(?P<msg>\S.*)$")
+# CANN's modules that name the class of their error outright: the graph engine and its fusion / operator compilers
+# build and tile the operator kernels; HCCL / HCCP are the collective communication library and its RDMA peer
+_CANN_CLASS = {"GE": "kernel", "FE": "kernel", "TBE": "kernel", "TEFUSION": "kernel", "AICPU": "kernel",
+               "HCCL": "comm", "HCCP": "comm"}
 # an exception an xoscar actor raised, re-raised in its caller (Xinference's model workers run vLLM in xoscar actors):
 # its str() is "[address=<host:port>, pid=<pid>] <the original exception's str>" (xoscar 0.12.2
 # xoscar/backends/message.pyx:209-211 `_AsCauseBase.__str__`), so what follows the bracket is the failing call's error
@@ -405,6 +415,15 @@ class StartupTracker:
             gm = _GLOG.match(text)
         elif text[:1] == "[" and "][" in text[:20]:
             gm = _TAGGED_NATIVE.match(text)
+        elif text[:7] == "[ERROR]" and (cp := _CANN_PLOG.match(line.raw)) is not None:
+            # (read from the raw line: the envelope reader takes the record's ".937.954" for a fraction of its own)
+            gm = cp
+            if self._bare is None and self.cause is None:
+                # the native runtime's own ERROR record: the cause when the log states nothing better (the first record
+                # of a run; those after it are its callers' "call trace" lines)
+                self._bare = self._candidate(line, process_of(line), cp.group("msg").strip(), self.cat.match(cp.group("msg")),
+                                             None, _CANN_CLASS.get(cp.group("mod"), "unknown"),
+                                             {"native_record": f"CANN {cp.group('mod')} {cp.group('loc')}"}, None)
         elif "] " in text[:HEAD_WINDOW] and (rc := _RAY_CPP.search(split_level(text)[1][:HEAD_WINDOW])) is not None \
                 and rc.group("l") in "EF":
             native_text = split_level(text)[1]
