@@ -194,13 +194,12 @@ KNOWN_MISSES = {
     # now" as model where the catalogue says arch; a HIP invalid device function
     # on gfx1151 as arch where it says kernel); Ascend driver lines indented under an ERROR record whose header is cut; an
     # INFO "No platform detected" under headless frames; a worker killed by SIGKILL read as memory (the tool says not in
-    # the excerpt, as r8_27); a CUDA failure only in V0's WARNING that it could not pickle the failed inputs; a V1→V0
+    # the excerpt, as r8_27); a V1→V0
     # fallback warning as the cause of a wrapper's later error
     "r25_22_pr_v01_tp_ray_not_installed_message_root_cause_ray_data_import_no_module_pandas",
     "r26_10_ascend_910b_early_v0_ray_two_node_serving_worker_set_visible_device_invalid_device_1",
     "r26_13_pascal_pkgs_manual_install_2x_p40_serve_rolmocr_unspecified_platform_get_device_name",
     "r26_14_production_stack_helm_lmcache_v0_tp_workers_lmcache_engine_init_worker_died_exit_minus_9",
-    "r26_16_xinference_151_pip_vllm070_v0_qwen25_72b_4xa800_profile_run_cuda_unspecified_launch_failure",
     "r26_19_mineru_gradio_vllm_engine_quadro_rtx6000_cc75_v1_fallback_v0_asyncllm_mismatch",
     "r26_20_api_for_open_llm_vllm_01x_qwen_7b_chat_qwenlmheadmodel_not_supported_for_now",
     "r26_24_rocm_ryzen_ai_max_395_gfx1151_vllm_dev_navi_085_docker_serve_qwen3_rotary_init_hip_invalid_device_function"}
@@ -1102,3 +1101,22 @@ def test_cann_plog_error_record_is_the_cause_when_nothing_better_shows():
     assert r["cause_line"] == 4
     r = run(["[WARNING] GE(173913,python):2025-12-25-17:14:00.937.954 [graph.cc:1]174006 Fallback to host"], keep=KW)
     assert r["cause_line"] is None and not r["failed"]
+
+
+def test_v0_failed_execution_dump_shows_a_failure_and_its_device_error():
+    head = "INFO 05-15 15:12:09 model_runner_base.py:120] Writing input of failed execution to /tmp/err_execute_model_input_1.pkl..."
+    warn = "WARNING 05-15 15:12:09 model_runner_base.py:143] Failed to pickle inputs of failed execution: CUDA error: unspecified launch failure"
+    r = run([head, warn, "WARNING 05-15 15:12:09 model_runner_base.py:143] For debugging consider passing CUDA_LAUNCH_BLOCKING=1"], keep=KW)
+    assert r["failed"] and r["cause_line"] == 2 and r["cause_text"] == "CUDA error: unspecified launch failure"
+    assert r["cause_class"] == "kernel"
+    # the announcement alone: a failure shown, its cause not in the excerpt
+    r = run([head], keep=KW)
+    assert r["failed"] and r["cause_line"] is None and r["not_in_excerpt_reason"]
+    # a pickling error that is no device error says nothing about the execution
+    r = run([head, "WARNING 05-15 15:12:09 model_runner_base.py:143] Failed to pickle inputs of failed execution: "
+                   "Can't pickle local object 'f.<locals>.g'"], keep=KW)
+    assert r["cause_line"] is None
+    # the re-raised exception that ends a traceback before the warning stays the cause
+    r = run(["ERROR 05-15 15:12:08 [x.py:1] boom", "Traceback (most recent call last):", '  File "/x/vllm/worker/model_runner.py", line 1, in profile_run',
+             "RuntimeError: CUDA error: an illegal memory access was encountered", head, warn], keep=KW)
+    assert r["cause_line"] == 4 and r["cause_class"] == "kernel"

@@ -58,7 +58,9 @@ EXTRA_KEYWORDS = ("ERROR", "Error", "error:", "Exception", "Traceback", "Killed"
                   "RESOURCE_EXHAUSTED: ", "UnspecifiedPlatform",
                   # an uncaught C++ exception: Ray's terminate handler and libstdc++'s (whose "  what():  <message>"
                   # line may carry no other keyword)
-                  "Unhandled exception: ", "terminate called after throwing", "what():")
+                  "Unhandled exception: ", "terminate called after throwing", "what():",
+                  # V0's model runner announcing a failed execution (its error is re-raised after it)
+                  "of failed execution")
 
 
 @dataclass(frozen=True)

@@ -203,6 +203,12 @@ _CPP_UNHANDLED = recache.compile(r"^Unhandled exception: (?P<type>\S+?)\.? what\
 _CPP_TERMINATE = recache.compile(r"^terminate called after throwing an instance of '(?P<type>[^'\n]{1,200})'$")
 _CPP_WHAT = recache.compile(r"^what\(\): +(?P<msg>\S.*)$")
 _ANY_MSG = recache.compile(r"^(?P<msg>.*)$")
+# V0's model runner when execute_model raised (vllm 0.6.6.post1 vllm/worker/model_runner_base.py:108-155,
+# `dump_input_when_exception`): it logs "Writing input of failed execution to …" at INFO, pickles the inputs and always
+# re-raises the error; when pickling fails it warns "Failed to pickle inputs of failed execution: <error>" (l. 143-145).
+# A device error there is the failed execution's own (a CUDA error is sticky: every later call on the context reports it)
+_FAILED_EXECUTION = "input of failed execution to "
+_PICKLE_FAILED = recache.compile(r"^Failed to pickle inputs of failed execution: (?P<msg>(?:CUDA|HIP|NPU|ACL|XPU) error: \S.*)$")
 # Ascend CANN's own log record (plog / slog, what the graph engine, HCCL, the runtime print to stderr with
 # ASCEND_SLOG_PRINT_TO_STDOUT): "[ERROR] GE(173913,python):2025-12-25-17:14:00.937.954 [tiling.cc:312]174006 <message>" —
 # level, module(pid,process), date-time with milli- and microseconds, [file:line], thread id
@@ -570,6 +576,14 @@ class StartupTracker:
         if em is not None and tb is not None:
             self._tb.pop(proc, None)  # the exception line closes the traceback
             if self._tb_level.pop(proc, None) == "IGNORED":
+                return
+        if "of failed execution" in body_s:
+            if body_s.startswith("Writing " + _FAILED_EXECUTION):
+                self._add_echo(line, proc, body_s)  # an execution failed and its error is re-raised: a failure is shown
+                return
+            if self.cause is None and self._bare is None and (pk := _PICKLE_FAILED.match(body_s)):
+                self._bare = self._candidate(line, proc, pk.group("msg"), self.cat.match(pk.group("msg")), None, "unknown",
+                                             {"logged_by": "V0 model runner pickling the failed execution's inputs"}, None)
                 return
         if level in ("INFO", "DEBUG"):
             return
