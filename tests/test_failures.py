@@ -160,7 +160,6 @@ KNOWN_MISSES = {
     # wrapper's own validation text (GPUStack), a reporter's five-line re-wrap of a CANN error, classes read from the
     # thread (a registry inspection as model, a TypeError in a kv producer as connector, a reshape error as model)
     "r19_12_docker_swarm_vps_cpu_device_only_absolute_position_embedding_prose",
-    "r19_14_v090_qwen3_model_architectures_failed_to_be_inspected_comment",
     "r19_23_mooncakestore_pr_xpyd_docker_tcp_mount_segment_rpc_failed",
     "r19_24_v0251_laguna_s21_tp8_poolside_v1_reasoning_token_ids_auto_init_failed",
     "r20_14_ascend_310p_v1_qwen3_30b_a3b_profile_run_shape_invalid_2048",
@@ -1143,3 +1142,11 @@ def test_an_uncatalogued_exception_inside_vllm_config_code_is_config():
     r = run(["Traceback (most recent call last):", '  File "/opt/vllm/vllm/model_executor/models/llama.py", line 9, in __init__',
              "TypeError: unsupported operand type(s) for //: 'NoneType' and 'int'"], keep=KW)
     assert r["cause_class"] != "config"
+
+
+def test_registry_inspection_failure_is_a_model_cause_and_unsupported_architecture_is_arch():
+    r = run(["ValueError: Model architectures ['Qwen3ForCausalLM'] failed to be inspected. Please check the logs for more details."])
+    assert r["cause_id"] == "architecture_inspection_failed" and r["cause_class"] == "model"
+    assert r["numbers"] == {} and r["details"].get("architectures") == "['Qwen3ForCausalLM']"
+    r = run(["ValueError: Model architectures ['MiniMaxM2ForCausalLM'] are not supported for now. Supported architectures: dict_keys([])"])
+    assert r["cause_id"] == "architecture_not_supported" and r["cause_class"] == "arch"
