@@ -117,6 +117,7 @@ KNOWN_MISSES = {
     # round 14: vendor runtime and compiler lines with no released text to catalogue them from (hipcc's
     # "Please provide architecture", ROCm's HSA memory query, Ascend GE's TransData tiling), a KServe wrapper's
     # "Failed to start model server: <Python message>", torch's NVML internal assert only in prose
+    # (r14_06: the ROCclr record is found since session 7, classed unknown where the labeler says driver)
     "r14_05_v016_strix_halo_qwen3_omni_hip_no_architecture", "r14_06_rocm57_v032_llm_hipmemgetinfo_invalid_value",
     "r14_17_kserve013_hf_vllm_failed_start_division_by_zero",
     "r14_18_kserve_hf_llama3_nvml_internal_assert_prose",
@@ -1150,3 +1151,15 @@ def test_registry_inspection_failure_is_a_model_cause_and_unsupported_architectu
     assert r["numbers"] == {} and r["details"].get("architectures") == "['Qwen3ForCausalLM']"
     r = run(["ValueError: Model architectures ['MiniMaxM2ForCausalLM'] are not supported for now. Supported architectures: dict_keys([])"])
     assert r["cause_id"] == "architecture_not_supported" and r["cause_class"] == "arch"
+
+
+def test_rocclr_error_record_is_the_cause_when_nothing_better_shows():
+    err = ":1:rocdevice.cpp            :1824: 3852921762 us: [pid:9     tid:0x7fcd5fa0c4c0] HSA_AMD_AGENT_INFO_MEMORY_AVAIL query failed."
+    info = ":3:hip_memory.cpp           :777 : 3852921767 us: [pid:9     tid:0x7fcd5fa0c4c0] hipMemGetInfo: Returned hipErrorInvalidValue :"
+    cut = ["Traceback (most recent call last):", '  File "/x/vllm/engine/llm_engine.py", line 120, in __init__', "    self._init_workers()"]
+    r = run([err, info, *cut], keep=KW)
+    assert r["failed"] and r["cause_line"] == 1 and r["cause_text"] == "HSA_AMD_AGENT_INFO_MEMORY_AVAIL query failed."
+    assert r["details"]["native_record"] == "ROCclr rocdevice.cpp"
+    # its info records (level 3) state nothing
+    r = run([info, *cut], keep=KW)
+    assert r["cause_line"] is None and r["failed"]

@@ -60,7 +60,9 @@ EXTRA_KEYWORDS = ("ERROR", "Error", "error:", "Exception", "Traceback", "Killed"
                   # line may carry no other keyword)
                   "Unhandled exception: ", "terminate called after throwing", "what():",
                   # V0's model runner announcing a failed execution (its error is re-raised after it)
-                  "of failed execution")
+                  "of failed execution",
+                  # ROCm's HIP runtime trace records (AMD_LOG_LEVEL): ":1:rocdevice.cpp            :1824: … us: [pid:9 …"
+                  " us: [pid:")
 
 
 @dataclass(frozen=True)

@@ -215,6 +215,10 @@ _PICKLE_FAILED = recache.compile(r"^Failed to pickle inputs of failed execution:
 _CANN_PLOG = recache.compile(r"^\[(?P<level>ERROR|WARNING|INFO|DEBUG|EVENT)\] (?P<mod>[A-Z][A-Z0-9_]{1,15})\(\d+,[^()\n]{0,60}\):"
                              r"\d{4}-\d\d-\d\d-\d\d:\d\d:\d\d\.\d{3}\.\d{3} \[(?P<loc>[\w./-]+\.(?:cc|cpp|c|h|hpp):\d+)\]"
                              r"(?:\d+ |tid:\d+,| )?(?P<msg>\S.*)$")
+# ROCm's common language runtime (ROCclr, under HIP) tracing with AMD_LOG_LEVEL: ":<level>:<file>:<line>: <time> us: [pid:…
+# tid:0x…] <message>", file and line padded to columns (rocclr utils/debug.cpp ClPrint); level 1 is LOG_ERROR (2 warning,
+# 3 info, 4 debug; utils/debug.hpp)
+_ROCCLR = recache.compile(r"^:(?P<level>[1-4]):(?P<loc>[\w.-]+\.(?:cpp|hpp|h|cc)) *:\s*\d+\s*: \d+ us: \[pid:\d+ +tid:0x[0-9a-f]+\] +(?P<msg>\S.*)$")
 # CANN's modules that name the class of their error outright: the graph engine and its fusion / operator compilers
 # build and tile the operator kernels; HCCL / HCCP are the collective communication library and its RDMA peer
 _CANN_CLASS = {"GE": "kernel", "FE": "kernel", "TBE": "kernel", "TEFUSION": "kernel", "AICPU": "kernel",
@@ -430,6 +434,12 @@ class StartupTracker:
                 self._bare = self._candidate(line, process_of(line), cp.group("msg").strip(), self.cat.match(cp.group("msg")),
                                              None, _CANN_CLASS.get(cp.group("mod"), "unknown"),
                                              {"native_record": f"CANN {cp.group('mod')} {cp.group('loc')}"}, None)
+        elif text[:3] == ":1:" and (rr := _ROCCLR.match(line.raw)) is not None:
+            gm = rr
+            if self._bare is None and self.cause is None:
+                # the HIP runtime's own ERROR record: the cause when the log states nothing better
+                self._bare = self._candidate(line, process_of(line), rr.group("msg").strip(), self.cat.match(rr.group("msg")),
+                                             None, "unknown", {"native_record": f"ROCclr {rr.group('loc')}"}, None)
         elif "] " in text[:HEAD_WINDOW] and (rc := _RAY_CPP.search(split_level(text)[1][:HEAD_WINDOW])) is not None \
                 and rc.group("l") in "EF":
             native_text = split_level(text)[1]
