@@ -219,6 +219,10 @@ _CANN_PLOG = recache.compile(r"^\[(?P<level>ERROR|WARNING|INFO|DEBUG|EVENT)\] (?
 # tid:0x…] <message>", file and line padded to columns (rocclr utils/debug.cpp ClPrint); level 1 is LOG_ERROR (2 warning,
 # 3 info, 4 debug; utils/debug.hpp)
 _ROCCLR = recache.compile(r"^:(?P<level>[1-4]):(?P<loc>[\w.-]+\.(?:cpp|hpp|h|cc)) *:\s*\d+\s*: \d+ us: \[pid:\d+ +tid:0x[0-9a-f]+\] +(?P<msg>\S.*)$")
+# yalantinglibs' easylog record (Mooncake's coro_rpc client and transfer engine): "2025-04-17 19:46:42.566927 ERROR    [975]
+# [coro_rpc_client.hpp:978] read rpc body failed, …" — date, time with microseconds, padded level, [thread id], [file:line]
+_EASYLOG = recache.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6} (?P<level>ERROR|CRITICAL|FATAL) +\[\d+\] "
+                           r"\[(?P<loc>[\w./-]+\.(?:hpp|cpp|h|cc):\d+)\] (?P<msg>\S.*)$")
 # CANN's modules that name the class of their error outright: the graph engine and its fusion / operator compilers
 # build and tile the operator kernels; HCCL / HCCP are the collective communication library and its RDMA peer
 _CANN_CLASS = {"GE": "kernel", "FE": "kernel", "TBE": "kernel", "TEFUSION": "kernel", "AICPU": "kernel",
@@ -387,6 +391,7 @@ class StartupTracker:
         self._hma_off: tuple[int, str] | None = None  # vLLM turning the hybrid KV cache manager off (line, text)
         self._native: tuple[int, str | None, str, str, str | None] | None = None  # a native ERROR record (line, rank, raw, message, process)
         self._native_last = 0  # the last line of the run of native records it starts
+        self._native_bare: _Candidate | None = None  # the first native ERROR record (CANN, ROCclr, easylog) as a cause
         self._kv_nonpositive: _Candidate | None = None  # "Available KV cache memory: -2.77 GiB"
         self._weak: _Candidate | None = None  # a catalogued cause vLLM logged at WARNING (it waits, then fails)
         self._warning_tail = 0  # the line that continues a Python warning ("x.py:7: RuntimeWarning: …:")
@@ -428,17 +433,23 @@ class StartupTracker:
         elif text[:7] == "[ERROR]" and (cp := _CANN_PLOG.match(line.raw)) is not None:
             # (read from the raw line: the envelope reader takes the record's ".937.954" for a fraction of its own)
             gm = cp
-            if self._bare is None and self.cause is None:
-                # the native runtime's own ERROR record: the cause when the log states nothing better (the first record
-                # of a run; those after it are its callers' "call trace" lines)
-                self._bare = self._candidate(line, process_of(line), cp.group("msg").strip(), self.cat.match(cp.group("msg")),
+            if self._native_bare is None and self.cause is None:
+                # the native runtime's own ERROR record: the cause when the start is seen failing and the log states
+                # nothing better (the first record of a run; those after it are its callers' "call trace" lines). Only
+                # then: native runtimes log ERROR records while serving too (a Mooncake store's RPC failing under
+                # load, r26_12), so a record alone says nothing about a start
+                self._native_bare = self._candidate(line, process_of(line), cp.group("msg").strip(), self.cat.match(cp.group("msg")),
                                              None, _CANN_CLASS.get(cp.group("mod"), "unknown"),
                                              {"native_record": f"CANN {cp.group('mod')} {cp.group('loc')}"}, None)
+        elif line.raw[:2] == "20" and "ERROR" in line.raw[:40] and (ez := _EASYLOG.match(line.raw)) is not None:
+            gm = ez
+            if self._native_bare is None and self.cause is None:
+                self._native_bare = self._candidate(line, process_of(line), ez.group("msg").strip(), self.cat.match(ez.group("msg")),
+                                             None, "unknown", {"native_record": f"easylog {ez.group('loc')}"}, None)
         elif text[:3] == ":1:" and (rr := _ROCCLR.match(line.raw)) is not None:
             gm = rr
-            if self._bare is None and self.cause is None:
-                # the HIP runtime's own ERROR record: the cause when the log states nothing better
-                self._bare = self._candidate(line, process_of(line), rr.group("msg").strip(), self.cat.match(rr.group("msg")),
+            if self._native_bare is None and self.cause is None:
+                self._native_bare = self._candidate(line, process_of(line), rr.group("msg").strip(), self.cat.match(rr.group("msg")),
                                              None, "unknown", {"native_record": f"ROCclr {rr.group('loc')}"}, None)
         elif "] " in text[:HEAD_WINDOW] and (rc := _RAY_CPP.search(split_level(text)[1][:HEAD_WINDOW])) is not None \
                 and rc.group("l") in "EF":
@@ -467,7 +478,7 @@ class StartupTracker:
             if not self.echoes and not self.deaths:
                 # an exception before this line did not stop the start (e.g. a WARNING traceback)
                 self.cause = None
-                self._bare = self._weak = self._relayed = None
+                self._bare = self._weak = self._relayed = self._native_bare = None
                 if "Application startup complete" in text:
                     self.lifespan_line = line.number
                 else:
@@ -877,6 +888,8 @@ class StartupTracker:
                 c = self._relayed
             if c is None and self._bare is not None:
                 c = self._bare
+            if c is None and shown and self._native_bare is not None:
+                c = self._native_bare
             if c is None and shown and self._error_line is not None:
                 c = self._error_line
             if c is None and shown and self._kv_nonpositive is not None:
