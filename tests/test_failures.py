@@ -174,12 +174,10 @@ KNOWN_MISSES = {
     # round 20: cause and class found; the labeled port comes from the reporter's next bullet ("Example bind target:
     # tcp://<sub-node-ip>:40043"), not from the cause line
     "r20_07_gpustack_v223_vllm0251_mp_multinode_tp16_zmq_address_already_in_use",
-    # rounds 21-22: a thread-creation failure (EAGAIN) in Ray's bundle_reservation_check_func, found since session 7
-    # but classed unknown (ray by the thread), errors only in prose, an INFO line the labeler takes as the cause
+    # rounds 21-22: errors only in prose, an INFO line the labeler takes as the cause
     # (Habana's "Generated 0 decode buckets"), request time only by the
     # thread (an LMCache prefiller's first request), classes read from the thread
     "r21_17_v063_nix_jetson_orin_engine_start_current_memory_usage_unboundlocalerror",
-    "r21_18_k8s_ray_3x8_h100_deepseek_r1_bundle_check_thread_resource_unavailable",
     "r21_25_v070_wsl2_win10_tp2_cuda_unknown_error_before_model_load_prose",
     "r22_04_mooncake_lmcache_pd_prefiller_first_request_num_transferred_tokens_nonetype",
     "r22_11_tenstorrent_fork_v0_mp_engine_n150_ttnn_dispatch_core_config_incompatible_args",
@@ -1049,11 +1047,11 @@ def test_first_native_record_of_a_run_is_the_cause():
     # gRPC's own record (glog prefix, nanoseconds, file:line] padded to a column) inside Ray's core worker, then Ray's
     # record of the consequence: the first record is the first cause
     lines = ["2024-07-10 15:24:06,387\tINFO worker.py:1771 -- Started a local Ray instance.",
-             "E0710 15:24:06.605366961 2474524 thd.cc:157]                           pthread_create failed: Resource temporarily unavailable",
+             "E0710 15:24:06.605366961 2474524 ev_epoll1_linux.cc:121]               epoll_create1 failed: Too many open files",
              "[2024-07-10 15:24:06,819 E 2474429 2474429] core_worker.cc:251: Failed to register worker 01000000ffffffff to Raylet. "
              "IOError: [RayletClient] Unable to register worker with raylet. No such file or directory"]
     r = run(lines, keep=KW)
-    assert r["cause_line"] == 2 and r["cause_text"] == "pthread_create failed: Resource temporarily unavailable"
+    assert r["cause_line"] == 2 and r["cause_text"] == "epoll_create1 failed: Too many open files"
     assert r["details"]["logged_by"].startswith("line 3: ")
     # far apart (more than NATIVE_LINES), the later record stays the cause
     r = run([lines[1], *["INFO 07-10 15:24:06 [x.py:1] ok"] * 8, lines[2]], keep=KW)
@@ -1181,3 +1179,14 @@ def test_easylog_error_record_is_a_cause_only_when_the_start_is_seen_failing():
     assert r["cause_line"] is None and not r["failed"]
     r = run([rec, glog, "(EngineCore_DP0 pid=1) ERROR 04-17 19:46:43 [core.py:708] EngineCore failed to start."], keep=KW)
     assert r["cause_line"] == 1 and r["details"]["native_record"] == "easylog coro_rpc_client.hpp:978"
+
+
+def test_thread_limit_is_catalogued_in_its_three_wordings():
+    for line in ["E0710 15:24:06.605366961 2474524 thd.cc:157]                           pthread_create failed: Resource temporarily unavailable",
+                 "(bundle_reservation_check_func pid=630) [2025-02-16 02:29:23,228 E 630 630] logging.cc:108: Unhandled exception: "
+                 "N5boost10wrapexceptINS_6system12system_errorEEE. what(): thread: Resource temporarily unavailable [system:11]",
+                 "RuntimeError: can't start new thread"]:
+        r = run([line], keep=KW)
+        assert r["cause_id"] == "thread_limit_reached" and r["cause_class"] == "config", line
+    # EAGAIN of another call (a non-blocking socket read) is no thread limit
+    assert run(["OSError: [Errno 11] Resource temporarily unavailable"], keep=KW)["cause_id"] != "thread_limit_reached"

@@ -502,6 +502,9 @@ class StartupTracker:
             level, body = _C10_LEVEL[cm.group("l")], body[cm.end():]
         elif level is None and body[:2] == "[2" and (rcm := _RAY_CPP.match(body)):
             level, body = (_C10_LEVEL.get(rcm.group("l")) or "DEBUG"), body[rcm.end():]
+        elif level is None and gm is not None and body[:1] in "EFW" and body[1:2].isdigit() and (gpm := _GLOG.match(body)):
+            # glog's / gRPC's record: its level letter, and the message after file:line]
+            level, body = _C10_LEVEL[gpm.group("level")], gpm.group("msg")
         body_s = body.strip()
         if body_s[:1] in ("*", "_", "`") and _MD_OPEN.match(body_s):
             body_s = _MD_CLOSE.sub("", _MD_OPEN.sub("", body_s))
@@ -540,7 +543,7 @@ class StartupTracker:
         if self._continue is not None:
             cand, last, cproc, clevel, left = self._continue
             self._continue = None
-            if line.number == last + 1 and proc == cproc and cand in (self.cause, self._bare) and clevel is None \
+            if line.number == last + 1 and proc == cproc and cand in (self.cause, self._bare) and clevel is None and level is None \
                     and split_level(text)[0] is None and _CONTINUATION.match(body_s) and not _EXC.match(body_s) \
                     and not body_s.startswith(("Traceback", "The above exception", "During handling")) \
                     and not _NOT_CONTINUATION.search(body_s) and not self.cat.is_echo(body_s) and len(cand.text) < 800:
