@@ -1190,3 +1190,14 @@ def test_thread_limit_is_catalogued_in_its_three_wordings():
         assert r["cause_id"] == "thread_limit_reached" and r["cause_class"] == "config", line
     # EAGAIN of another call (a non-blocking socket read) is no thread limit
     assert run(["OSError: [Errno 11] Resource temporarily unavailable"], keep=KW)["cause_id"] != "thread_limit_reached"
+
+
+def test_watch_listener_hears_the_completed_cpp_terminate_cause():
+    t = StartupTracker()
+    heard: list[dict] = []
+    t.listeners.append(heard.append)
+    for i, text in enumerate(["terminate called after throwing an instance of 'c10::Error'",
+                              "  what():  CUDA error: an illegal memory access was encountered"], 1):
+        t.feed(make_line(i, text.encode()))
+    assert [h["cause_line"] for h in heard] == [1, 1]
+    assert heard[-1]["cause_text"].endswith("what(): CUDA error: an illegal memory access was encountered")

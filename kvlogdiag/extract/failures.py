@@ -649,6 +649,8 @@ class StartupTracker:
             c0.text = f"{c0.text} what(): {wm_.group('msg')}"
             c0.match = self.cat.match(wm_.group("msg"))
             c0.raw = f"{c0.raw} {line.raw.strip()}"
+            for fn in self.listeners:
+                fn(self.result())
             return
         if self.cause is not None or code_line:
             return
