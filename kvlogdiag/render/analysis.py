@@ -20,10 +20,10 @@ from kvlogdiag.result import Analysis, Finding, Severity
 
 
 def tabulate(*args: Any, **kwargs: Any) -> str:
-    """`tabulate.tabulate`, imported on first use (``--format json`` never needs it)."""
-    from tabulate import tabulate as _tabulate
+    """`tabulate.tabulate`, imported on first use (``--format json`` never needs it; `render.tables`)."""
+    from kvlogdiag.render.tables import load_tabulate
 
-    return _tabulate(*args, **kwargs)
+    return load_tabulate()(*args, **kwargs)
 
 
 def clean_json(obj: Any) -> Any:
