@@ -733,6 +733,7 @@ def lookup_model(name_from_log: str) -> ModelArch | None:
 
 @dataclass
 class _LayerCost:
+    """What one layer adds per token: bytes at full context, bytes in a window, and the window."""
     context: float = 0.0  # bytes per context token at full length
     window_bytes: float = 0.0  # bytes per token of a windowed cache
     window: int | None = None
