@@ -95,3 +95,24 @@ def test_stand_in_answers_only_for_its_distribution() -> None:
         pass
     else:
         raise AssertionError("the stand-in must not invent other versions")
+
+
+def test_a_tabulate_that_needs_more_of_importlib_metadata_is_imported_the_ordinary_way(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    _fake_package(site, "tabulate", ["tabulate-9.9.dist-info"])
+    (site / "tabulate" / "__init__.py").write_text(
+        "from importlib.metadata import version, distributions\n"
+        "__version__ = version('tabulate') if False else 'fake'\n"
+        "def tabulate(*args, **kwargs):\n    return 'fake table'\n")
+    p = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+        import json, sys
+        sys.path.insert(0, {str(site)!r})
+        from kvlogdiag.render.tables import load_tabulate
+        fn = load_tabulate()
+        import importlib.metadata as md
+        print(json.dumps({{"out": fn(), "real": hasattr(md, "distributions"),
+                           "file": sys.modules["tabulate"].__file__}}))
+    """)], capture_output=True, text=True, check=True)
+    got = json.loads(p.stdout)
+    assert got["out"] == "fake table" and got["real"] is True and got["file"].startswith(str(site))

@@ -11,8 +11,9 @@ so any later ``import importlib.metadata`` gets the real module.
 
 It falls back to the plain import whenever the stand-in could be seen by anyone else or could give a
 different answer: `importlib.metadata` already imported (nothing to save), another thread running (it
-could import the module meanwhile), or no single dist-info folder beside the package (an egg, a source
-checkout, a vendored copy).
+could import the module meanwhile), no single dist-info folder beside the package (an egg, a source
+checkout, a vendored copy), or a tabulate whose import asks the stand-in for anything else (it is then
+imported again, the ordinary way).
 """
 
 from __future__ import annotations
@@ -36,10 +37,13 @@ def load_tabulate() -> Callable[..., str]:
             sys.modules[_METADATA] = stand_in
             try:
                 import tabulate
+
+                return tabulate.tabulate
+            except (ImportError, AttributeError, TypeError):
+                pass  # a tabulate that wants more of importlib.metadata: the failed import left nothing behind
             finally:
                 if sys.modules.get(_METADATA) is stand_in:
                     del sys.modules[_METADATA]
-            return tabulate.tabulate
     import tabulate
 
     return tabulate.tabulate
