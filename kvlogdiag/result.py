@@ -129,6 +129,7 @@ class RunInfo:
 
 @dataclass(frozen=True)
 class VllmInfo:
+    """The vLLM version, engine and platform of one run, as the log states them."""
     version: str | None
     engine: str | None
     platform: str | None

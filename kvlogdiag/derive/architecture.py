@@ -31,7 +31,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from kvlogdiag import pkgdata
+from kvlogdiag import pkgdata, recache
 from kvlogdiag.errors import KvlogdiagError
 
 __all__ = [
@@ -642,10 +642,10 @@ _DROP_TOKENS = {
     "4bit", "8bit", "bnb", "nf4", "mxfp4", "nvfp4", "fp4", "marlin", "exl2", "latest",
     "thinking", "turbo",
 }
-_DATE_TOKEN = re.compile(r"^\d{4}$")
-_HF_CACHE = re.compile(r"models--[^/\\]+--([^/\\]+)")
-_DISTILL_QWEN = re.compile(r"^deepseek-r1-distill-qwen-(\d+(?:\.\d+)?)b$")
-_DISTILL_LLAMA = re.compile(r"^deepseek-r1-distill-llama-(\d+)b$")
+_DATE_TOKEN = recache.compile(r"^\d{4}$")
+_HF_CACHE = recache.compile(r"models--[^/\\]+--([^/\\]+)")
+_DISTILL_QWEN = recache.compile(r"^deepseek-r1-distill-qwen-(\d+(?:\.\d+)?)b$")
+_DISTILL_LLAMA = recache.compile(r"^deepseek-r1-distill-llama-(\d+)b$")
 
 
 def normalise_model_name(name: str) -> str:
@@ -733,6 +733,7 @@ def lookup_model(name_from_log: str) -> ModelArch | None:
 
 @dataclass
 class _LayerCost:
+    """What one layer adds per token: bytes at full context, bytes in a window, and the window."""
     context: float = 0.0  # bytes per context token at full length
     window_bytes: float = 0.0  # bytes per token of a windowed cache
     window: int | None = None

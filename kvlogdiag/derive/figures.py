@@ -18,6 +18,7 @@ import re
 from array import array
 from typing import Any, Sequence
 
+from kvlogdiag import recache
 from kvlogdiag.derive.pairings import Pairings, ValueView, group_at, line_at, rank_at, value_at
 from kvlogdiag.extract.facts import Fact, LogFacts, provenance_kind
 
@@ -215,8 +216,8 @@ def dig_additional(ac: Any, key: str) -> Any:
     return None
 
 
-_RANK_NUM = re.compile(r"rank=(\d+)")
-_PP_TP = re.compile(r"(?:_|\b)(?:PP(\d+)_)?(?:PCP\d+_)?TP(\d+)")
+_RANK_NUM = recache.compile(r"rank=(\d+)")
+_PP_TP = recache.compile(r"(?:_|\b)(?:PP(\d+)_)?(?:PCP\d+_)?TP(\d+)")
 
 
 def worker_order(rank: str | None) -> tuple[int, int] | None:

@@ -44,6 +44,7 @@ class Evidence:
 
 @dataclass(frozen=True)
 class _Entry:
+    """One entry of the device table: what it names, its platform and the patterns that recognise it."""
     what: str
     name: str
     platform: str

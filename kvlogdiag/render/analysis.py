@@ -7,7 +7,6 @@ renders as text.
 
 from __future__ import annotations
 
-import html
 import json
 import math
 import re
@@ -20,10 +19,10 @@ from kvlogdiag.result import Analysis, Finding, Severity
 
 
 def tabulate(*args: Any, **kwargs: Any) -> str:
-    """`tabulate.tabulate`, imported on first use (``--format json`` never needs it)."""
-    from tabulate import tabulate as _tabulate
+    """`tabulate.tabulate`, imported on first use (``--format json`` never needs it; `render.tables`)."""
+    from kvlogdiag.render.tables import load_tabulate
 
-    return _tabulate(*args, **kwargs)
+    return load_tabulate()(*args, **kwargs)
 
 
 def clean_json(obj: Any) -> Any:
@@ -258,6 +257,8 @@ def md_escape(text: Any) -> str:
     """Escape text for Markdown tables and prose: no HTML, no links, no code spans, no pipes."""
     s = "" if text is None else str(text)
     s = s.replace("\r", " ").replace("\n", " ")
+    import html  # Markdown only (~1 ms of CPU to import)
+
     s = html.escape(s, quote=False)
     return _MD_SPECIAL.sub(r"\\\1", s)
 

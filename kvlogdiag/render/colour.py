@@ -8,6 +8,7 @@ colour). Log text is escaped exactly as on the plain path before styling, and ri
 
 from __future__ import annotations
 
+import functools
 import io
 import re
 import sys
@@ -18,19 +19,23 @@ from kvlogdiag.render.redact import SafeText
 if TYPE_CHECKING:  # rich is imported only when colour is printed: a piped run never loads it
     from rich.text import Text
 
-_STYLES: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"^== .*$", re.M), "bold"),
-    (re.compile(r"^(?:KV cache|Errors|Summary|Findings \(\d[\d,]*\)|Runtime:)", re.M), "bold"),
-    (re.compile(r"\[error\]"), "bold red"),
-    (re.compile(r"\[warning\]"), "yellow"),
-    (re.compile(r"\[info\]"), "cyan"),
-    (re.compile(r"^ {6}fix: ", re.M), "green"),
-    (re.compile(r"^No findings\.?", re.M), "green"),
-    (re.compile(r"\b[1-9][\d,]* errors?\b"), "bold red"),
-    (re.compile(r"\b[1-9][\d,]* warnings?\b"), "yellow"),
-    (re.compile(r"\b[1-9][\d,]* info\b"), "cyan"),
-    (re.compile(r"^ {2}start-up failed.*$", re.M), "bold red"),
-)
+
+@functools.cache
+def _styles() -> tuple[tuple[re.Pattern[str], str], ...]:
+    """What is styled how; compiled on first use (only a terminal gets colour; a pipe never needs them)."""
+    return (
+        (re.compile(r"^== .*$", re.M), "bold"),
+        (re.compile(r"^(?:KV cache|Errors|Summary|Findings \(\d[\d,]*\)|Runtime:)", re.M), "bold"),
+        (re.compile(r"\[error\]"), "bold red"),
+        (re.compile(r"\[warning\]"), "yellow"),
+        (re.compile(r"\[info\]"), "cyan"),
+        (re.compile(r"^ {6}fix: ", re.M), "green"),
+        (re.compile(r"^No findings\.?", re.M), "green"),
+        (re.compile(r"\b[1-9][\d,]* errors?\b"), "bold red"),
+        (re.compile(r"\b[1-9][\d,]* warnings?\b"), "yellow"),
+        (re.compile(r"\b[1-9][\d,]* info\b"), "cyan"),
+        (re.compile(r"^ {2}start-up failed.*$", re.M), "bold red"),
+    )
 
 
 def plain(text: str) -> str:
@@ -45,7 +50,7 @@ def style_text(text: str) -> "Text":
     from rich.text import Text
 
     t = Text(plain(text), no_wrap=True, end="")
-    for pattern, style in _STYLES:
+    for pattern, style in _styles():
         t.highlight_regex(pattern, style)
     return t
 

@@ -37,7 +37,6 @@ Semantics (SQL-like nulls, so rules survive facts a log lacks)
 
 from __future__ import annotations
 
-import difflib
 import functools
 import math
 import numbers
@@ -118,24 +117,28 @@ class FunctionSpec:
 
 @dataclass(frozen=True, slots=True)
 class Literal:
+    """A constant: null, true/false, a number or a string."""
     value: None | bool | int | float | str
     pos: int
 
 
 @dataclass(frozen=True, slots=True)
 class Name:
+    """A name from the rule's context or its [let] table."""
     name: str
     pos: int
 
 
 @dataclass(frozen=True, slots=True)
 class ListExpr:
+    """A list literal, ``[a, b, ...]``."""
     items: tuple[Node, ...]
     pos: int
 
 
 @dataclass(frozen=True, slots=True)
 class Call:
+    """A function call, ``name(args...)``."""
     name: str
     args: tuple[Node, ...]
     pos: int
@@ -143,6 +146,7 @@ class Call:
 
 @dataclass(frozen=True, slots=True)
 class Unary:
+    """A prefix or postfix operator applied to one operand."""
     op: str  # '-', 'not', 'is null', 'is not null'
     operand: Node
     pos: int
@@ -150,6 +154,7 @@ class Unary:
 
 @dataclass(frozen=True, slots=True)
 class Binary:
+    """An infix operator applied to two operands."""
     op: str  # or and == != < <= > >= in 'not in' + - * / %
     left: Node
     right: Node
@@ -260,6 +265,8 @@ def _describe(tok: _Token) -> str:
 
 
 def _suggest(name: str, known: Collection[str]) -> str:
+    import difflib  # only for an unknown name (~2 ms of CPU to import)
+
     close = difflib.get_close_matches(name, list(known), n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
 

@@ -27,7 +27,7 @@ from functools import lru_cache
 from types import ModuleType
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
-from kvlogdiag import pkgdata
+from kvlogdiag import pkgdata, recache
 from kvlogdiag.derive.architecture import KIND_DSV4, KIND_MLA_SPARSE, expected_kv, lookup_model
 from kvlogdiag.derive.figures import as_int, dig_additional, parse_version
 from kvlogdiag.derive.pairings import ValueView, group_at, value_at
@@ -175,11 +175,11 @@ SECTIONS: dict[str, dict[str, str]] = {
 }
 NAMES: dict[str, str] = {name: doc for section in SECTIONS.values() for name, doc in section.items()}
 
-_DSV4 = re.compile(r"deepseek[-_ ]?v4", re.I)
-_INDEX_TOPK = re.compile(r"deepseek[-_ ]?v3[._]?2|deepseek[-_ ]?v4", re.I)
-_MLA = re.compile(r"deepseek[-_ ]?(?:v2|v3|r1|v4)|kimi[-_ ]?k2", re.I)
-_SSM = re.compile(r"jamba|bamba|nemotron[-_]?h|granite[-_]?4|qwen3[-_]?next|falcon[-_]?h1|mamba|zamba|minimax", re.I)
-_SWA = re.compile(r"gemma[-_]?[234]|gpt[-_]?oss|mistral[-_]?7b[-_]?(?:instruct[-_]?)?v0\.1|cohere2|command[-_]?a|llama[-_]?4|phi[-_]?3[-_.]?(?:mini|small)", re.I)
+_DSV4 = recache.compile(r"deepseek[-_ ]?v4", re.I)
+_INDEX_TOPK = recache.compile(r"deepseek[-_ ]?v3[._]?2|deepseek[-_ ]?v4", re.I)
+_MLA = recache.compile(r"deepseek[-_ ]?(?:v2|v3|r1|v4)|kimi[-_ ]?k2", re.I)
+_SSM = recache.compile(r"jamba|bamba|nemotron[-_]?h|granite[-_]?4|qwen3[-_]?next|falcon[-_]?h1|mamba|zamba|minimax", re.I)
+_SWA = recache.compile(r"gemma[-_]?[234]|gpt[-_]?oss|mistral[-_]?7b[-_]?(?:instruct[-_]?)?v0\.1|cohere2|command[-_]?a|llama[-_]?4|phi[-_]?3[-_.]?(?:mini|small)", re.I)
 
 
 @dataclass

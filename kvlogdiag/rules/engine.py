@@ -17,7 +17,6 @@ and the column. A rule that fails while evaluating is reported and skipped; the 
 
 from __future__ import annotations
 
-import difflib
 import functools
 import math
 import re
@@ -135,6 +134,8 @@ class UnknownRuleError(KvlogdiagError, ValueError):
 
 def suggest(word: str, candidates: Iterable[str]) -> str:
     """`` (did you mean 'X'?)`` from difflib, or ``""``; equally close candidates are all named, up to three."""
+    import difflib  # only for an unknown name (~2 ms of CPU to import)
+
     cands = list(dict.fromkeys(candidates))
     scored = [(difflib.SequenceMatcher(None, word, c).ratio(), i, c) for i, c in enumerate(cands)]
     scored = [t for t in scored if t[0] >= 0.6]
@@ -148,6 +149,7 @@ def suggest(word: str, candidates: Iterable[str]) -> str:
 
 @dataclass(frozen=True)
 class Check:
+    """One [[check]] of a rule: when its condition holds, the message at that severity."""
     when: Condition
     message: str
     severity: str
@@ -158,6 +160,7 @@ class Check:
 
 @dataclass
 class Rule:
+    """One rule file, loaded: its code, texts, conditions and checks."""
     code: str
     name: str
     severity: str
@@ -186,6 +189,7 @@ class Rule:
 
 @dataclass
 class RuleSet:
+    """The rules in use, in order."""
     rules: list[Rule] = field(default_factory=list)
 
     def by_code(self) -> dict[str, Rule]:
@@ -537,6 +541,7 @@ def _line_patterns(cond: Condition) -> list[str]:
 
 @dataclass
 class RuleError:
+    """A rule that failed to evaluate on this log, and why."""
     code: str
     message: str
 

@@ -1,0 +1,56 @@
+"""What a small ``analyze`` imports and builds at start-up (issue 17 item 2, session 7): no
+`importlib.metadata` (tabulate's version lookup), no `difflib` (only for "did you mean"), no `html` for JSON, and every
+dataclass on its path has a docstring of its own (else Python < 3.13 runs `inspect.signature` to
+write one: ~0.2 ms of CPU per class). CPU time itself is measured in bench/, never here."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import SAMPLE_LOGS_DIR
+
+SMALL = str(SAMPLE_LOGS_DIR / "v1_single_gpu.log")
+
+_CHILD = r"""
+import dataclasses, io, json, sys
+created = []
+_orig = dataclasses._process_class
+def _record(cls, *args, **kwargs):
+    created.append((cls.__module__ + "." + cls.__qualname__, cls.__dict__.get("__doc__") is not None))
+    return _orig(cls, *args, **kwargs)
+dataclasses._process_class = _record
+from kvlogdiag.cli.main import cli
+real = sys.stdout
+sys.stdout = io.StringIO()
+rc = cli.run(sys.argv[1:])
+sys.stdout = real
+print(json.dumps({"rc": rc, "modules": sorted(sys.modules), "created": created}))
+"""
+
+
+def _child(args: list[str]) -> dict:
+    r = subprocess.run([sys.executable, "-c", _CHILD, *args], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_small_analyze_imports_no_metadata_machinery(fmt: str) -> None:
+    got = _child(["analyze", "--format", fmt, SMALL])
+    assert got["rc"] in (0, 1)
+    mods = set(got["modules"])
+    for unneeded in ("importlib.metadata", "email.message", "difflib", "csv"):
+        assert unneeded not in mods, unneeded
+    assert ("tabulate" in mods) == (fmt == "text")
+    if fmt == "json":
+        assert "html" not in mods  # Markdown escaping only (tabulate imports it for text)
+
+
+def test_every_dataclass_on_the_analyze_path_has_its_own_docstring() -> None:
+    got = _child(["analyze", SMALL])
+    ours = [(name, has_doc) for name, has_doc in got["created"] if name.startswith("kvlogdiag.")]
+    assert len(ours) >= 20  # the hook saw the classes (it must not pass by seeing none)
+    assert [name for name, has_doc in ours if not has_doc] == []
