@@ -21,7 +21,7 @@ from kvlogdiag.extract.failures import MAX_ECHOES, WINDOW, StartupTracker
 from kvlogdiag.input.reader import detect_hard_wrap, iter_lines, make_line, open_input, unwrap_lines
 
 DATA = Path(__file__).parent / "data"
-CASES = [p for d in ("failures", "failures_heldout", "failures_heldout2", "failures_heldout3", "failures_heldout4", "failures_heldout5", "failures_heldout6", "failures_heldout7", "failures_heldout8", "failures_heldout9", "failures_heldout10", "failures_heldout11", "failures_heldout12", "failures_heldout13", "failures_heldout14", "failures_heldout15", "failures_heldout16", "failures_heldout17", "failures_heldout18", "failures_heldout19", "failures_heldout20", "failures_heldout21", "failures_heldout22", "failures_heldout23", "failures_heldout24", "failures_heldout25", "failures_heldout26") for p in sorted((DATA / d).glob("*.json"))]
+CASES = [p for d in ("failures", "failures_heldout", "failures_heldout2", "failures_heldout3", "failures_heldout4", "failures_heldout5", "failures_heldout6", "failures_heldout7", "failures_heldout8", "failures_heldout9", "failures_heldout10", "failures_heldout11", "failures_heldout12", "failures_heldout13", "failures_heldout14", "failures_heldout15", "failures_heldout16", "failures_heldout17", "failures_heldout18", "failures_heldout19", "failures_heldout20", "failures_heldout21", "failures_heldout22", "failures_heldout23", "failures_heldout24", "failures_heldout25", "failures_heldout26", "failures_heldout27", "failures_heldout28", "failures_heldout29", "failures_heldout30") for p in sorted((DATA / d).glob("*.json"))]
 
 
 def run(lines, keep=None) -> dict:
@@ -200,7 +200,53 @@ KNOWN_MISSES = {
     "r26_14_production_stack_helm_lmcache_v0_tp_workers_lmcache_engine_init_worker_died_exit_minus_9",
     "r26_19_mineru_gradio_vllm_engine_quadro_rtx6000_cc75_v1_fallback_v0_asyncllm_mismatch",
     "r26_20_api_for_open_llm_vllm_01x_qwen_7b_chat_qwenlmheadmodel_not_supported_for_now",
-    "r26_24_rocm_ryzen_ai_max_395_gfx1151_vllm_dev_navi_085_docker_serve_qwen3_rotary_init_hip_invalid_device_function"}
+    "r26_24_rocm_ryzen_ai_max_395_gfx1151_vllm_dev_navi_085_docker_serve_qwen3_rotary_init_hip_invalid_device_function",
+    # rounds 27-30 (session 7), blind first passes, not tuned on: kept as measured (docs/failures.md "Rounds 27-30").
+    # Most are classes: an uncatalogued exception named as stated but classed "unknown" (a vendor runtime's error code,
+    # a Python-version or dependency mismatch the labelers class config); a dependency's missing name classed kernel
+    # (round 11's labeler read the same outlines ImportError as kernel, round 29's as config); causes on WARNING lines
+    # (torch's sm_120 compatibility warning, a failed vllm._C import warning, cudaErrorNotSupported); request-time errors
+    # read as start-up causes where nothing in the excerpt shows the server had started
+    "r27_05_v072_cpu_build_egg_registry_subprocess_error_inspecting_qwen2forcausallm",
+    "r27_06_v01x_openai_api_server_baichuan_7b_trust_remote_code_rich_traceback_get_tokenizer_cut",
+    "r27_18_v03x_official_container_isolated_network_ray_workers_get_ip_errno_101_unreachable",
+    "r27_21_v0100_docker_compose_rtx5070ti_sm_120_not_compatible_with_pytorch_build",
+    "r27_22_v080rc_macos_cpu_source_build_api_server_vllm_c_dlopen_symbol_not_found_libc10",
+    "r28_06_aphrodite_fork_v060_kaggle_tp2_uvicorn_bind_errno_98_port_2242_in_use",
+    "r28_07_gpustack_custom_vllm072_distributed_ray_version_mismatch_2430_vs_2441",
+    "r28_09_dynamo_051_vllm_disagg_tp_workers_nixl_agent_live_probe_503_cause_not_stored",
+    "r28_12_ascend_v0150rc1_server_mooncake_connector_importerror_ascend_transport_so",
+    "r28_13_ascend_v085rc1_container_own_editable_build_camem_libvllm_ascend_kernels_missing",
+    "r28_15_vllm_omni_align_branch_apiserver_stage_config_pydantic_list_type_none_orchestrator_crashed",
+    "r28_18_pytorch_tracker_vllm054_torch240_multiproc_worker_init_device_cannot_reinit_cuda_forked",
+    "r28_19_ipex_llm_serving_xpu_wsl2_arc_a770_qwen25_7b_sym_int4_xpu_oom_tried_1_02gib",
+    "r28_20_llm_d_deployer_baremetal_k8s_decode_pod_crashloop_no_nvidia_runtime_unspecified_platform",
+    "r28_23_lmcache_038_with_vllm_0110_connector_import_no_module_vllm_utils_torch_utils",
+    "r28_25_ascend_v0100rc1_310p3_300i_duo_container_vllm_serve_qwen25_05b_atb_ropeoperation_setup_failed",
+    "r29_05_v0_2023_api_server_qwen_7b_http_request_generate_qwentokenizer_no_byte_decoder",
+    "r29_07_v05x_torchvision_comment_operator_torchvision_nms_does_not_exist_one_line",
+    "r29_08_v05x_v0_tp_after_torchvision_cpu_reinstall_request_custom_op_rms_norm_missing",
+    "r29_12_v010x_venv_dp4_expert_parallel_qwen_moe_fused_moe_modular_kernel_w1_bias_typeerror",
+    "r29_13_v01x_2023_llama2_7b_chat_meta_download_no_architectures_nonetype_not_iterable",
+    "r29_14_v07x_conda_a100_deepseek_vl2_v0_mq_engine_no_model_architectures_specified",
+    "r29_15_pr_v02x_py38_openai_api_server_pydantic_v1_protocol_issubclass_arg1_not_class",
+    "r29_16_v042_py38_openai_api_server_phi3_mini_running_tasks_type_not_subscriptable",
+    "r29_17_v03x_docker_py310_start_llm_pydantic_v1_cannot_import_model_validator_quoted",
+    "r29_18_v010x_openai_pkg_too_old_cannot_import_actionfind_responses_types_one_line",
+    "r29_20_v050post1_openai_api_server_tp4_llama31_outlines_0111_cannot_import_build_regex",
+    "r29_21_v03x_source_develop_openai_api_server_awq_tp4_no_module_outlines_fsm",
+    "r29_23_pr_v03x_source_checkout_python_m_vllm_prometheus_client_too_old_disable_created_metrics",
+    "r30_10_vllm_kunlun_v0251_p800_qwen3_8b_mrv2_warmup_speculative_attention_check_ret_failed",
+    "r30_11_ascend_910b4_own_ubuntu_build_qwen36_27b_worker_init_register_atb_extensions_oserror_errno_none",
+    "r30_12_ascend_v0221rc1_910b4_bge_m3_started_curl_request_encoder_attention_npu_fusion_attention_crash",
+    "r30_13_vllm_gfx906_4x_mi50_docker_qwen3_80b_determine_available_memory_mat1_mat2_float_vs_half",
+    "r30_14_ascend_v0170rc1_310p_qwen35_9b_310p_runner_allocate_kv_cache_mambaspec_no_dtype",
+    "r30_15_llm_scaler_vllm_b83_core_ultra_b390_igpu_qwen36_awq_enginecore_level_zero_device_lost",
+    "r30_18_llm_scaler_xpu_qwen3_vl_30b_a3b_online_fp8_enginecore_keyerror_experts_w2_weight_scale_inv",
+    "r30_19_ascend_v0110rc1_qwen3_next_80b_graph_mode_gdn_attention_assert_attn_metadata_dict",
+    "r30_22_vllm_windows_fork_torch26_cu124_venv_tcpstore_use_libuv_requested_pytorch_without_libuv",
+    "r30_24_vllm_windows_fork_cuda132_vllm_serve_cudagetdevicecount_cudaerrornotsupported_older_driver_warning",
+    "r30_25_ascend_early_v0_ray_remote_node_rayworkerwrapper_init_device_rtsetdevice_device_retain_error_507033"}
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.xfail(strict=True, reason="known miss"))
