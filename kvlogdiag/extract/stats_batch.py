@@ -277,7 +277,7 @@ def _count_series(series: dict, active: list[tuple]) -> None:
 
 
 _ROUNDED: dict[float, float] = {}  # value -> float(f"{v:.3g}"): the figures of a busy server repeat
-_ROUNDED_MAX = 65536
+_ROUNDED_MAX = 4096
 
 
 def _rounded(v: float) -> float:

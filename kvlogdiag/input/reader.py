@@ -1037,7 +1037,7 @@ class _BigramFinder:
         self.table = np.zeros(65536, dtype=bool)  # pairs that stand for a keyword
         self.window = np.zeros(65536, dtype=bool)  # every keyword of the pair has a window check
         # up to WINDOWS keywords per pair, each with its window: start - pair start, bytes (little-endian), mask
-        self.delta = np.zeros((WINDOWS, 65536), dtype=np.intp)
+        self.delta = np.zeros((WINDOWS, 65536), dtype=np.int8)  # -4 .. 2 (`_window`)
         self.want = np.zeros((WINDOWS, 65536), dtype=np.uint32)
         self.mask = np.zeros((WINDOWS, 65536), dtype=np.uint32)
         self.slot = np.zeros((WINDOWS, 65536), dtype=bool)
@@ -1059,8 +1059,15 @@ class _BigramFinder:
         np = self.np
         a = np.frombuffer(data, dtype=np.uint8)
         n = len(a)
-        even = np.bincount(a[: n // 2 * 2].view("<u2"), minlength=65536)
-        return even + np.bincount(a[1: 1 + (n - 1) // 2 * 2].view("<u2"), minlength=65536)
+        counts = np.zeros(65536, dtype=np.int64)
+        # in slices: bincount widens its input to intp (8 bytes a pair), and a freed multi-MB temporary raises
+        # malloc's mmap threshold, so later buffers of that size stay in the heap (peak RSS)
+        for lo in range(0, n, PAIR_SLICE):
+            part = a[lo: lo + PAIR_SLICE + 1]
+            m = len(part)
+            counts += np.bincount(part[: m // 2 * 2].view("<u2"), minlength=65536)
+            counts += np.bincount(part[1: 1 + (m - 1) // 2 * 2].view("<u2"), minlength=65536)
+        return counts
 
     def lines(self, chunk: bytes) -> tuple[list[tuple[int, int, int]], int]:
         """(newlines before it, start, end) of each candidate line of ``chunk``, and its newlines."""
@@ -1109,6 +1116,7 @@ class _BigramFinder:
         return list(zip(found, (bounds[idx] + 1).tolist(), bounds[idx + 1].tolist())), len(nl)
 
 
+PAIR_SLICE = 1 << 16  # bytes of the sample counted at a time (even: the pairs at even offsets stay at even offsets)
 WINDOWS = 3  # keywords sharing one pair whose windows are checked in the vectorised pass (more: the pattern)
 
 
