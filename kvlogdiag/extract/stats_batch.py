@@ -270,7 +270,8 @@ def _count_series(series: dict, active: list[tuple]) -> None:
                 v = col[k]
                 counts[v] = counts.get(v, 0) + 1
                 k += 1
-            col = [_rounded(v) for v in col[k:]]
+            memo = _ROUNDED  # looked up inline: a call per value cost more than the f-string it saves
+            col = [memo[v] if v and v in memo else _rounded(v) for v in col[k:]]
         # Counter keeps first-seen order, so new keys enter `counts` in the order add_samples adds them
         for v, n in Counter(col).items():
             counts[v] = counts.get(v, 0) + n
