@@ -151,6 +151,16 @@ def _stats_search(rx: re.Pattern, text: str) -> re.Match | None:
     return rx.search(text, start)
 
 
+# vLLM's request logger: "Received request %s: prompt: %r, params: ..." (vllm 0.10.2
+# vllm/entrypoints/logger.py:40-41), "Request %s details: prompt: %r, ..." (DEBUG, 0.13.0 logger.py:37-38, 0.19.1
+# logger.py:53) and "Generated response %s%s: output: %r, ..." (0.10.2 logger.py:71-72, 0.13.0 logger.py:76-77). The
+# quoted repr is text a client sent or the model wrote: a catalogue keyword in it ("Model", "must be", "CUDA") is no
+# fact, and searching a 1-2 KB prompt for ~200 keywords and the launch-command forms cost ~0.3-0.5 ms a line. Only
+# the extractor skips such a line: the start-up tracker (a request means the server was up) and user rules see it.
+_REQUEST_LOG = recache.compile(
+    r"(?:INFO|DEBUG) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w.-]+:\d+\] "
+    r"(?:Received request \S+: prompt: |Request \S+ details: prompt: |Generated response \S+: output: )['\"]")
+
 _TABLES: tuple | None = None
 _CUT_CHARS = frozenset("0123456789.,")
 # patterns whose meaning does not hang on a trailing number (a line that is counted, not measured),
@@ -259,6 +269,9 @@ class Extractor:
                     self.flush_stats()  # a listener came in the middle of a read: keep the order
                 self._h_stats(m, line, self._fact(None, line, "stats"))
                 return
+        if ("d request " in text or "Generated response " in text or "details: prompt: " in text) \
+                and _REQUEST_LOG.match(text) and not self._block.open:
+            return  # the rest of the line is a client's prompt or the model's output: nothing vLLM configured
         seen: set[str] = set()
         matched: set[str] = set()
         for km in self._kw_re.finditer(text):

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from math import isfinite as _isfinite
 from typing import Any, Callable
 
 from kvlogdiag.catalogue.patterns import STATS_TAIL
@@ -63,9 +64,20 @@ def stats_values(m: Any) -> tuple | None:
     return got
 
 
+_GROUPS_IN_ORDER: list = [None, False]  # (pattern, its groups are exactly _HEAD_GROUPS in order) of the last match
+
+
+def _head(m: Any) -> tuple:
+    rx = m.re
+    if _GROUPS_IN_ORDER[0] is not rx:
+        _GROUPS_IN_ORDER[:] = [rx, rx.groups == len(_HEAD_GROUPS)
+                               and all(rx.groupindex.get(n) == i + 1 for i, n in enumerate(_HEAD_GROUPS))]
+    return m.groups() if _GROUPS_IN_ORDER[1] else m.group(*_HEAD_GROUPS)
+
+
 def parse_stats(m: Any) -> tuple | None:
     """`stats_values` without its cache."""
-    e, agg, ptps, gtps, running_s, swapped, pending, waiting_s, rest = m.group(*_HEAD_GROUPS)
+    e, agg, ptps, gtps, running_s, swapped, pending, waiting_s, rest = _head(m)
     try:
         running = int(running_s)
         ws = waiting_s if waiting_s is not None else pending
@@ -91,8 +103,17 @@ def parse_stats(m: Any) -> tuple | None:
         engine = int(e) if e is not None else None
     except ValueError:
         return None
+    # _float, inlined: two calls a line
+    try:
+        pv = float(ptps) if ptps is not None and len(ptps) <= 40 else None
+    except ValueError:
+        pv = None
+    try:
+        gv = float(gtps) if gtps is not None and len(gtps) <= 40 else None
+    except ValueError:
+        gv = None
     return (engine, agg is not None, swapped is not None, running, waiting, deferred, preemptions,
-            tuple(usages), hit, _float(ptps), _float(gtps))
+            tuple(usages), hit, pv if pv is None or _isfinite(pv) else None, gv if gv is None or _isfinite(gv) else None)
 
 
 _TAIL_NAMES = ("preemptions", "device", "kv_usage", "hit", "deferred")
@@ -249,7 +270,25 @@ def _count_series(series: dict, active: list[tuple]) -> None:
                 v = col[k]
                 counts[v] = counts.get(v, 0) + 1
                 k += 1
-            col = [float(f"{v:.3g}") for v in col[k:]]
+            memo = _ROUNDED  # looked up inline: a call per value cost more than the f-string it saves
+            col = [memo[v] if v and v in memo else _rounded(v) for v in col[k:]]
         # Counter keeps first-seen order, so new keys enter `counts` in the order add_samples adds them
         for v, n in Counter(col).items():
             counts[v] = counts.get(v, 0) + n
+
+
+_ROUNDED: dict[float, float] = {}  # value -> float(f"{v:.3g}"): the figures of a busy server repeat
+_ROUNDED_MAX = 4096
+
+
+def _rounded(v: float) -> float:
+    """``float(f"{v:.3g}")`` (how ``add_samples`` rounds a value past the cap), remembered by value; a zero is its
+    own rounding, as a float (0.0 and -0.0 are one key of a dict; an int figure rounds to a float)."""
+    r = _ROUNDED.get(v)
+    if r is None:
+        if not v:
+            return float(v)
+        if len(_ROUNDED) >= _ROUNDED_MAX:
+            _ROUNDED.clear()
+        r = _ROUNDED[v] = float(f"{v:.3g}")
+    return r

@@ -1035,26 +1035,39 @@ class _BigramFinder:
                                                       freq.get(kw[i], _RARE_FREQ) * freq.get(kw[i + 1], _RARE_FREQ)))
             groups.setdefault(kw[i] | kw[i + 1] << 8, []).append((i, kw))
         self.table = np.zeros(65536, dtype=bool)  # pairs that stand for a keyword
-        self.window = np.zeros(65536, dtype=bool)  # pair has a 4-byte window check
-        self.delta = np.zeros(65536, dtype=np.intp)  # window start - pair start
-        self.want = np.zeros(65536, dtype=np.uint32)  # window bytes, little-endian
+        self.window = np.zeros(65536, dtype=bool)  # every keyword of the pair has a window check
+        # up to WINDOWS keywords per pair, each with its window: start - pair start, bytes (little-endian), mask
+        self.delta = np.zeros((WINDOWS, 65536), dtype=np.int8)  # -4 .. 2 (`_window`)
+        self.want = np.zeros((WINDOWS, 65536), dtype=np.uint32)
+        self.mask = np.zeros((WINDOWS, 65536), dtype=np.uint32)
+        self.slot = np.zeros((WINDOWS, 65536), dtype=bool)
         self.groups = groups
         self.match: dict[int, object] = {}  # compiled when the pair first occurs (most never do)
         for code, entries in groups.items():
             self.table[code] = True
-            if len(entries) == 1 and len(entries[0][1]) >= 4:
-                i, kw = entries[0]
-                w = i + 2 if i + 6 <= len(kw) else (i - 4 if i >= 4 else len(kw) - 4)
-                self.window[code] = True
-                self.delta[code] = w - i
-                self.want[code] = int.from_bytes(kw[w: w + 4], "little")
+            if len(entries) > WINDOWS:
+                continue  # every occurrence of the pair is confirmed by its pattern
+            self.window[code] = True
+            for k, (i, kw) in enumerate(entries):
+                w, width = _window(i, kw)
+                self.slot[k, code] = True
+                self.delta[k, code] = w - i
+                self.want[k, code] = int.from_bytes(kw[w: w + width], "little")
+                self.mask[k, code] = (1 << 8 * width) - 1
 
     def _pair_counts(self, data: bytes):
         np = self.np
         a = np.frombuffer(data, dtype=np.uint8)
         n = len(a)
-        even = np.bincount(a[: n // 2 * 2].view("<u2"), minlength=65536)
-        return even + np.bincount(a[1: 1 + (n - 1) // 2 * 2].view("<u2"), minlength=65536)
+        counts = np.zeros(65536, dtype=np.int64)
+        # in slices: bincount widens its input to intp (8 bytes a pair), and a freed multi-MB temporary raises
+        # malloc's mmap threshold, so later buffers of that size stay in the heap (peak RSS)
+        for lo in range(0, n, PAIR_SLICE):
+            part = a[lo: lo + PAIR_SLICE + 1]
+            m = len(part)
+            counts += np.bincount(part[: m // 2 * 2].view("<u2"), minlength=65536)
+            counts += np.bincount(part[1: 1 + (m - 1) // 2 * 2].view("<u2"), minlength=65536)
+        return counts
 
     def lines(self, chunk: bytes) -> tuple[list[tuple[int, int, int]], int]:
         """(newlines before it, start, end) of each candidate line of ``chunk``, and its newlines."""
@@ -1068,27 +1081,55 @@ class _BigramFinder:
         if not len(pos):
             return [], len(nl)
         codes = a[pos].astype(np.intp) | a[pos + 1].astype(np.intp) << 8
-        if n >= 4:  # drop the near misses whose 4-byte window differs (vectorised)
-            w = pos + self.delta[codes]
-            wc = np.clip(w, 0, n - 4)
-            got = (a[wc].astype(np.uint32) | a[wc + 1].astype(np.uint32) << 8
-                   | a[wc + 2].astype(np.uint32) << 16 | a[wc + 3].astype(np.uint32) << 24)
-            keep = ~self.window[codes] | ((w == wc) & (got == self.want[codes]))
+        if n >= 4:  # drop the near misses whose windows all differ (vectorised)
+            keep = ~self.window[codes]
+            for k in range(WINDOWS):
+                slot = self.slot[k, codes]
+                if not slot.any():
+                    break  # slots are filled from the first: no pair has a keyword in this one
+                w = pos + self.delta[k, codes]
+                wc = np.clip(w, 0, n - 4)
+                got = (a[wc].astype(np.uint32) | a[wc + 1].astype(np.uint32) << 8
+                       | a[wc + 2].astype(np.uint32) << 16 | a[wc + 3].astype(np.uint32) << 24)
+                # a window cut by the chunk's end (w != wc) is not checked here: the pattern decides
+                keep |= slot & ((w != wc) | (got & self.mask[k, codes] == self.want[k, codes]))
             pos, codes = pos[keep], codes[keep]
         order = np.argsort(pos, kind="stable")
+        pos, codes = pos[order], codes[order]
+        line_of = np.searchsorted(nl, pos)  # a position's line = newlines before it
         match: dict[int, Any] = self.match
         found = []
-        for p, c in zip(pos[order].tolist(), codes[order].tolist()):
+        taken = -1
+        for p, c, ln in zip(pos.tolist(), codes.tolist(), line_of.tolist()):
+            if ln == taken:
+                continue  # this line is a candidate already
             m = match.get(c)
             if m is None:
                 m = match[c] = re.compile(_anchored(bytes([c & 255, c >> 8]), self.groups[c])).match
             if m(chunk, p):
-                found.append(p)
+                found.append(ln)
+                taken = ln
         if not found:
             return [], len(nl)
-        idx = np.unique(np.searchsorted(nl, found))  # a line's index = newlines before it
+        idx = np.array(found, dtype=np.intp)
         bounds = np.concatenate(([-1], nl, [n]))  # line i runs from bounds[i] + 1 to bounds[i + 1]
-        return list(zip(idx.tolist(), (bounds[idx] + 1).tolist(), bounds[idx + 1].tolist())), len(nl)
+        return list(zip(found, (bounds[idx] + 1).tolist(), bounds[idx + 1].tolist())), len(nl)
+
+
+PAIR_SLICE = 1 << 16  # bytes of the sample counted at a time (even: the pairs at even offsets stay at even offsets)
+WINDOWS = 3  # keywords sharing one pair whose windows are checked in the vectorised pass (more: the pattern)
+
+
+def _window(i: int, kw: bytes) -> tuple[int, int]:
+    """(start, width) of the bytes of ``kw`` checked next to its pair at ``i``: 4 bytes after the pair, else before it,
+    else the keyword's last 4; a keyword of 2-3 bytes is checked whole (a 2-byte one is the pair itself)."""
+    if i + 6 <= len(kw):
+        return i + 2, 4
+    if i >= 4:
+        return i - 4, 4
+    if len(kw) >= 4:
+        return len(kw) - 4, 4
+    return 0, len(kw)
 
 
 def _keywords_for(prefilter: "re.Pattern[bytes]") -> list[bytes] | None:
