@@ -42,3 +42,25 @@ def test_every_row_has_the_columns_of_all_rows(fmt):
     rows = json.loads(text) if fmt == "json" else [json.loads(line) for line in text.splitlines()]
     assert [list(r) for r in rows] == [list(scan_mode.COLUMNS) + ["deployment"]] * 5
     assert [r["deployment"] for r in rows] == [None] * 4 + ["d1"]
+
+
+def _worker_rules_id(_: object) -> int:
+    return id(scan_mode._WORKER["analyzer"].rules)
+
+
+def test_forked_workers_evaluate_the_parents_loaded_rules():
+    """`scan -j N` workers forked from the command reuse its rule set (loading it again cost ~30 ms of CPU
+    per worker): the same objects (their address survives the fork), so the same rules as ``-j 1``."""
+    import multiprocessing
+
+    from kvlogdiag.pipeline import Analyzer
+
+    if "fork" not in multiprocessing.get_all_start_methods():
+        pytest.skip("no fork on this platform")
+    analyzer = Analyzer()
+    pool = scan_mode._new_pool(analyzer, 1 << 20, 1)
+    try:
+        assert pool.submit(_worker_rules_id, None).result(timeout=120) == id(analyzer.rules)
+    finally:
+        pool.shutdown(wait=True)
+        scan_mode._FORKED_FROM.clear()
