@@ -60,8 +60,13 @@ def _client(scheduler: str | None, njobs: int):
             return Client(scheduler, timeout="30s"), None
         except (OSError, TimeoutError, ValueError) as exc:
             raise DaskUnavailable(f"--scheduler {scheduler}: cannot connect ({exc})") from None
-    cluster = LocalCluster(n_workers=njobs, threads_per_worker=1, processes=True, dashboard_address=None,
-                           silence_logs=logging.ERROR)
+    import dask
+
+    # no dashboard, so nothing reads the workers' statistical profiler: it samples the running task's stack
+    # every 10 ms under the GIL (the nannies pass this configuration on to the worker processes)
+    with dask.config.set({"distributed.worker.profile.enabled": False}):
+        cluster = LocalCluster(n_workers=njobs, threads_per_worker=1, processes=True, dashboard_address=None,
+                               silence_logs=logging.ERROR)
     return Client(cluster), cluster
 
 

@@ -783,6 +783,20 @@ class Condition:
         return self.source
 
     @functools.cached_property
+    def null_guards(self) -> tuple[tuple[tuple[str, bool], ...], Any]:
+        """`kvlogdiag.rules.guards.guards` of the tree: names whose absence decides the value."""
+        from kvlogdiag.rules.guards import guards
+
+        return guards(self.tree)
+
+    @functools.cached_property
+    def check_guards(self) -> tuple[tuple[str, bool], ...]:
+        """`kvlogdiag.rules.guards.check_guards` of the tree: names whose absence makes a check false."""
+        from kvlogdiag.rules.guards import check_guards
+
+        return check_guards(self.tree)
+
+    @functools.cached_property
     def _program(self) -> _Program:
         return _program(self.tree)
 

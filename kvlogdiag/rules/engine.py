@@ -58,6 +58,7 @@ from kvlogdiag.rules.context import (
     provider_names,
     version_cmp,
 )
+from kvlogdiag.rules.guards import decided
 from kvlogdiag.tomlcache import tomllib  # imported on first use
 
 SEVERITIES = ("info", "warning", "error")
@@ -769,7 +770,7 @@ def evaluate(rules: RuleSet, facts: LogFacts, analysis: dict, options: Options |
             raise RuleLoadError(err.message) from None
 
     for rule in rules.rules:
-        bad = sorted(n for n in rule.names_used if n in context.failed)
+        bad = sorted(n for n in rule.names_used if n in context.failed) if context.failed else None
         if bad:
             fail(rule, f"figure {', '.join(bad)} could not be computed: {context.failed[bad[0]]}")
             continue
@@ -795,11 +796,18 @@ def evaluate(rules: RuleSet, facts: LogFacts, analysis: dict, options: Options |
         env.update({f"params.{k}": v for k, v in params.items()})
         try:
             for lname, cond in rule.lets:
+                gs, value = cond.null_guards
+                if gs and decided(gs, env):  # a figure it needs is absent: its value is known (rules/guards.py)
+                    env[lname] = value  # and _let_evidence would find nothing: it needs a call, never guarded
+                    continue
                 env[lname] = cond.evaluate(env, funcs)
                 ev = _let_evidence(cond, env, funcs, facts)
                 if ev is not None:
                     rule_prov = {**rule_prov, lname: ev}
             for check in rule.checks:
+                gs = check.when.check_guards
+                if gs and decided(gs, env):  # false without evaluating it
+                    continue
                 if _truthy(check.when.evaluate(env, funcs)):
                     ev = _evidence(check, rule, rule_prov, facts, line_hits, env)
                     findings.append({
