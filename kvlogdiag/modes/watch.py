@@ -82,6 +82,9 @@ ECHO_HOLD_MAX = 1 << 16  # ... or once it is longer than this
 FOLLOW_POLL_S = 0.1  # --follow: how often an idle file is checked for new data, truncation, rotation
 SIGNAL_GRACE_S = 1.0  # after SIGINT/SIGTERM: keep copying stdin until EOF for at most this long
 QUEUE_MAX_BYTES = 64 << 20  # input the analysis may lag behind the echo on a pipe before it is given up
+# from a regular file the reading side waits for the analysis anyway: a short queue keeps the memory flat (a
+# 50 MB file of KV lines on stdin queued whole behind a slower analysis: +50 MB of RSS; issue 18)
+WAIT_QUEUE_BYTES = 8 << 20
 STUCK_S = 60.0  # at the end: an analysis step running this long is given up (a hang guard, not a budget)
 FINISH_AFTER_SIGNAL_S = 5.0  # after a signal: how long the summary may take before watch exits without it
 EMIT_LOCK_S = 2.0  # a stderr write waits this long for the other thread's write, then is dropped
@@ -1205,7 +1208,7 @@ class Pipeline:
         self.w = w
         self.sig = sig
         self.wait_when_full = wait_when_full
-        self.feed = _Feed(QUEUE_MAX_BYTES)
+        self.feed = _Feed(WAIT_QUEUE_BYTES if wait_when_full else QUEUE_MAX_BYTES)
         self.result: int | None = None
         self.stop: int | None = None  # the analysis ended the watch (--strict-rules): this exit code
         self.busy_since: float | None = None  # when the analysis step now running began
