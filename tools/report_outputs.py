@@ -5,8 +5,8 @@ Issue 18 bounded ``report`` (its per-rank tables capped as the text summary is: 
 a change to how the report is built must not change what it shows of a log under the caps. This script
 proves it: run it on the tree before the change (``--write OLD``) and after (``--compare OLD``).
 
-    python tools/report_outputs.py --write /tmp/report-old          # on the old tree
-    python tools/report_outputs.py --compare /tmp/report-old        # on the new tree: exit 1 on a difference
+    python tools/report_outputs.py --write OLD_DIR           # on the old tree (e.g. a checkout of main)
+    python tools/report_outputs.py --compare OLD_DIR         # on the new tree: exit 1 on a difference
 
 The logs: ``sample_logs/`` (with its deployments), every ``.log`` under ``tests/data/``, and the shared real
 logs when ``--real-logs DIR`` is given. The outputs of each: Markdown (redacted), Markdown ``--no-redact``,
