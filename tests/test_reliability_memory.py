@@ -15,7 +15,9 @@ The peak of an analysis of many KV lines still grows by the contract's lists (ev
 ``bytes_per_token_by_rank`` entry per pairing) and derive's passes over them: docs/reliability.md gives
 those numbers. Before/after figures are in the comments of the bounds. Session 6 added text mode on
 a log of KV pairs (``test_text_mode_keeps_a_few_tens_of_bytes_per_kv_line``): the pairings in columns,
-the contract's lists as views, the summary capped (kvlogdiag/derive/pairings.py, render/caps.py).
+the contract's lists as views, the summary capped (kvlogdiag/derive/pairings.py, render/caps.py). Session 7
+added ``report`` (Markdown, HTML: no dict per row, the tables capped the same way) and ``watch --format json``
+(final and summary events written piece by piece, figures events capped, evaluations spaced by the KV figures).
 """
 
 from __future__ import annotations
