@@ -246,3 +246,42 @@ def test_the_text_summary_of_many_kv_lines_is_bounded(analyzer):
     assert "pairings: the first and last 32 shown" in m2
     small = render_text(analyzer.analyze_stream(io.BufferedReader(io.BytesIO(_pairs_log(20))), "x.log").select("all"))
     assert "--format json" not in small  # up to 64 figures: every one, as before
+
+
+# -- one JSON line (watch --format json events, session 7) ----------------------------------------------------
+
+@pytest.mark.parametrize("seed, runs", [(4, 1), (5, 3)])
+def test_a_json_line_streams_the_same_text_as_json_dumps(analyzer, monkeypatch, seed, runs):
+    """`render_json_line` of lazy analyses (a watch ``final`` / ``summary`` event) = ``json.dumps`` of the eager ones."""
+    from kvlogdiag.render.analysis import clean_json
+
+    monkeypatch.setattr(json_stream, "CHUNK", 3)
+    results = analyzer.analyze_stream_split(io.BufferedReader(io.BytesIO(_kv_log(seed, 300, runs))), "x.log")
+    for r in results:
+        eager = {"event": "summary", "analysis": r.current.to_json("info"), "result": r.to_json("last", "info"), "_x": 1}
+        lazy = {"event": "summary", "analysis": r.current.to_json("info", lazy=True),
+                "result": r.to_json("last", "info", lazy=True), "_x": 1}
+        pieces = list(json_stream.render_json_line(lazy))
+        assert len(pieces) > 10  # in pieces, not one string
+        assert "".join(pieces) == json.dumps(clean_json(eager), ensure_ascii=False, allow_nan=False)
+    small = {"event": "note", "message": "ünïcode \u009b", "n": [1, 2.5, None]}
+    assert list(json_stream.render_json_line(small)) == [json.dumps(small, ensure_ascii=False, allow_nan=False)]
+
+
+def test_sample_logs_watch_json_events_are_the_analyses(analyzer):
+    """The ``final`` events of watch (written in pieces) parse to what ``analyze --format json`` states, per log."""
+    from kvlogdiag.modes.watch import Emitter, Watcher
+    from kvlogdiag.render.analysis import clean_json
+
+    for path in sorted((ROOT / "sample_logs").glob("*.log")):
+        sink = io.StringIO()
+        w = Watcher(Analyzer(), Emitter("json", sink), echo=False)
+        w.take(path.read_bytes())
+        w.end_of_part()
+        w.finish("eof")
+        events = [json.loads(x) for x in sink.getvalue().splitlines()]
+        want = analyzer.analyze_source_split(str(path))[0]
+        final = [e["analysis"] for e in events if e["event"] == "final"]
+        assert len(final) == len(want.runs), path.name
+        for got, a in zip(final, want.runs):
+            assert got["kv_cache"] == json.loads(json.dumps(clean_json(a.to_json()["kv_cache"]))), path.name

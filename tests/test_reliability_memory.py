@@ -15,7 +15,9 @@ The peak of an analysis of many KV lines still grows by the contract's lists (ev
 ``bytes_per_token_by_rank`` entry per pairing) and derive's passes over them: docs/reliability.md gives
 those numbers. Before/after figures are in the comments of the bounds. Session 6 added text mode on
 a log of KV pairs (``test_text_mode_keeps_a_few_tens_of_bytes_per_kv_line``): the pairings in columns,
-the contract's lists as views, the summary capped (kvlogdiag/derive/pairings.py, render/caps.py).
+the contract's lists as views, the summary capped (kvlogdiag/derive/pairings.py, render/caps.py). Session 7
+added ``report`` (Markdown, HTML: no dict per row, the tables capped the same way) and ``watch --format json``
+(final and summary events written piece by piece, figures events capped, evaluations spaced by the KV figures).
 """
 
 from __future__ import annotations
@@ -86,12 +88,13 @@ def log_of(kind: str, n: int) -> bytes:
 
 
 @contextlib.contextmanager
-def traced():
+def traced(pause_gc: bool = True):
     """tracemalloc on, the cycle collector paused (when it runs would move the peak) and the reader's count
     of the bytes this process scanned reset (past 16 MiB it switches to the numpy line finder, built once
     and cached: a figure would depend on the tests run before)."""
     gc.collect()
-    gc.disable()
+    if pause_gc:
+        gc.disable()
     scanned = reader._scanned
     reader._scanned = 0
     tracemalloc.start()
@@ -279,3 +282,109 @@ def test_text_mode_keeps_a_few_tens_of_bytes_per_kv_line(analyzer):
     print(f"text mode per KV line: {held:.0f} B held ({h1:,} → {h2:,}), {peak:.0f} B of peak ({p1:,} → {p2:,})")
     assert held < TEXT_HELD_BOUND, f"{held:.0f} B held per KV line ({h1:,} → {h2:,} B)"
     assert peak < TEXT_PEAK_BOUND, f"{peak:.0f} B of peak per KV line ({p1:,} → {p2:,} B)"
+
+
+# -- report and watch --format json on a log of KV pairs (issue 18, session 7) -------------------------------
+
+def report_bytes(analyzer: Analyzer, data: bytes, fmt: str) -> tuple[int, int]:
+    """(size of the text, tracemalloc peak) of ``kvlogdiag report``: the analysis, the document, its redaction
+    and the page (HTML without the charts: matplotlib's figure is of the at most `caps.SHOW_ALL` rows shown)."""
+    from kvlogdiag.modes.report import build_document, redact_document, render_report_html, render_report_markdown
+
+    with traced():
+        runs = analyzer.analyze_stream(io.BufferedReader(io.BytesIO(data)), "x.log").select("last")
+        doc = redact_document(build_document(runs))
+        text = render_report_html(doc, charts=False) if fmt == "html" else render_report_markdown(doc)
+        peak = tracemalloc.get_traced_memory()[1]
+        size = len(text)
+        del text, doc, runs
+        return size, peak
+
+
+class _CountingSink:
+    """A stderr that keeps nothing: the number of characters written and the longest single write."""
+
+    def __init__(self) -> None:
+        self.chars = 0
+        self.longest = 0
+        self.lines = 0
+
+    def write(self, text: str) -> int:
+        self.chars += len(text)
+        self.longest = max(self.longest, len(text))
+        self.lines += text.count("\n")
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+
+def watch_bytes(data: bytes) -> tuple[_CountingSink, int]:
+    """(what ``watch --format json`` wrote, tracemalloc peak) of the input arriving in 1 MiB reads, to the end:
+    its figures, final and summary events (the last two with every value of the contract)."""
+    from kvlogdiag.modes.watch import Emitter, Watcher
+
+    sink = _CountingSink()
+    # the collector runs: each evaluation leaves an analysis in cycles, which watch's collector frees as it goes
+    # (paused, the peak would count the garbage of every evaluation so far)
+    with traced(pause_gc=False):
+        w = Watcher(Analyzer(), Emitter("json", sink), echo=False)
+        for i in range(0, len(data), 1 << 20):
+            w.take(data[i: i + (1 << 20)])
+        w.end_of_part()
+        w.finish("eof")
+        peak = tracemalloc.get_traced_memory()[1]
+        del w
+    return sink, peak
+
+
+# bytes of peak per KV line, before (session 6: a dict per report row, the analysis' lists copied by to_json and
+# again by the redaction; watch: every value in every figures event and each final/summary event one string)
+# → now; the bounds leave room over text mode's own peak (TEXT_PEAK_BOUND: the analysis)
+REPORT_PEAK_BOUND = 200  # markdown 849 → 112, html 850 → 111 (12,000 vs 36,000 KV lines; the analysis' own peak)
+WATCH_PEAK_BOUND = 100   # 1,296 → 2 (the peak is then the reading's, before the KV figures outgrow it)
+
+
+@pytest.mark.parametrize("fmt", ["markdown", "html"])
+def test_report_peak_grows_by_the_analysis_alone(analyzer, fmt):
+    (_, p1), (_, p2) = report_bytes(analyzer, _kv_pairs(SMALL), fmt), report_bytes(analyzer, _kv_pairs(LARGE), fmt)
+    peak = (p2 - p1) / (LARGE - SMALL)
+    print(f"report {fmt} per KV line: {peak:.0f} B of peak ({p1:,} → {p2:,})")
+    assert peak < REPORT_PEAK_BOUND, f"report {fmt}: {peak:.0f} B of peak per KV line ({p1:,} → {p2:,} B)"
+
+
+def test_report_of_many_kv_lines_is_the_same_size_whatever_their_number(analyzer):
+    """The tables show the first and last `caps.ROW_ENDS` rows past `caps.SHOW_ALL`, with the count and ranges."""
+    from kvlogdiag.modes.report import build_document, render_report_markdown
+    from kvlogdiag.render.analysis import fmt_gib
+    from kvlogdiag.render.caps import ROW_ENDS, SHOW_ALL
+
+    texts = []
+    for n in (2 * SHOW_ALL + 10, 4_000):
+        runs = analyzer.analyze_stream(io.BufferedReader(io.BytesIO(_kv_pairs(n))), "x.log").select("last")
+        text = render_report_markdown(build_document(runs))
+        pairs = sorted(runs[0].kv_cache.ranks, key=lambda p: (p.dp_group, p.memory_line))  # the report's row order
+        assert f"{len(pairs):,} KV figures: the first and last {ROW_ENDS} shown" in text
+        lo = min(p.available_gib for p in pairs)
+        assert f"available lowest {fmt_gib(lo)}, highest " in text
+        # the last row is in both tables; a middle one is not
+        assert f"| {pairs[-1].memory_line}/{pairs[-1].tokens_line} |" in text
+        assert f"| {pairs[ROW_ENDS + 1].memory_line}/{pairs[ROW_ENDS + 1].tokens_line} |" not in text
+        texts.append(len(text))
+    assert abs(texts[1] - texts[0]) < 600, texts  # the same rows; only the figures in the note differ
+
+
+def test_watch_json_peak_grows_by_the_analysis_alone():
+    watch_bytes(_kv_pairs(200))  # imports, the watch module's caches: not per line
+    (s1, p1), (s2, p2) = watch_bytes(_kv_pairs(SMALL)), watch_bytes(_kv_pairs(LARGE))
+    peak = (p2 - p1) / (LARGE - SMALL)
+    print(f"watch json per KV line: {peak:.0f} B of peak ({p1:,} → {p2:,}); written {s1.chars:,} → {s2.chars:,} "
+          f"chars in {s1.lines} / {s2.lines} events, longest write {s2.longest:,}")
+    assert peak < WATCH_PEAK_BOUND, f"watch: {peak:.0f} B of peak per KV line ({p1:,} → {p2:,} B)"
+    # every value is still written (final + summary: the contract), the output grows linearly, not per evaluation
+    assert s2.chars < 3.6 * s1.chars, (s1.chars, s2.chars)
+    # written in pieces (at most a chunk of `json_stream.CHUNK` entries), never as one string of the whole event
+    assert s2.longest < 1 << 20 and s2.longest < 1.2 * s1.longest, (s1.longest, s2.longest)

@@ -56,7 +56,7 @@ def _int(text: str | None) -> int | None:
     if text is None:
         return None
     digits = text.replace(",", "").replace("_", "")
-    if len(digits) > 20:
+    if len(digits) > 20 or not digits.isascii():  # int() reads non-ASCII digits too (see stats_batch._float)
         return None
     try:
         v = int(digits)

@@ -34,7 +34,8 @@ _HEAD_GROUPS = ("engine", "aggregated", "prompt_tps", "gen_tps", "running", "swa
 
 
 def _float(text: str | None) -> float | None:
-    if text is None or len(text) > 40:
+    # vLLM prints ASCII digits; float() also reads '٣٠' or '３０' (Arabic-Indic, fullwidth): damage, not a figure
+    if text is None or len(text) > 40 or not text.isascii():
         return None
     try:
         v = float(text)

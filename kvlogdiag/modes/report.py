@@ -23,11 +23,13 @@ extra ``kvlogdiag[charts]`` — imported lazily and drawn with the Agg canvas in
 from __future__ import annotations
 
 import base64
+import bisect
 import dataclasses
 import html
 import io
 import json
 import sys
+from array import array
 from typing import Any, BinaryIO, Callable, Sequence
 
 from kvlogdiag import __version__
@@ -49,6 +51,7 @@ from kvlogdiag.render.analysis import (
     md_table,
     run_label,
 )
+from kvlogdiag.render.caps import ROW_ENDS, SHOW_ALL, value_range
 from kvlogdiag.render.redact import Redactor
 from kvlogdiag.result import Analysis, InputAnalysis, RankValue
 
@@ -122,43 +125,142 @@ def _last(values: list[RankValue], rank: str | None, single_row: bool):
     return None
 
 
-def _rank_rows(a: Analysis) -> list[dict]:
-    """Per-rank figures: the run's memory/tokens pairs, plus memory figures or token counts that
-    have no partner (a start-up that failed before sizing the pool, V0 block counts)."""
-    kv = a.kv_cache
-    rows: list[dict] = []
-    used_mem: set[int | None] = set()
-    used_tok: set[int | None] = set()
-    for p in kv.ranks:
-        rows.append({"rank": p.rank, "dp_group": p.dp_group, "available_gib": p.available_gib, "tokens": p.tokens,
-                     "bytes_per_token": p.bytes_per_token, "memory_line": p.memory_line, "tokens_line": p.tokens_line,
-                     "memory_source": p.memory_source})
-        used_mem.add(p.memory_line)
-        used_tok.add(p.tokens_line)
-    for v in kv.available_by_rank:
-        if v.line not in used_mem:
-            rows.append({"rank": v.rank, "dp_group": v.dp_group, "available_gib": v.value, "tokens": None,
-                         "bytes_per_token": None, "memory_line": v.line, "tokens_line": None, "memory_source": "available"})
-    block_size = a.config.get("block_size")
-    token_values = [(v, v.value) for v in kv.tokens_by_rank]
-    if block_size:
-        token_values += [(v, v.value * block_size) for v in kv.blocks_by_rank]
-    for v, tokens in token_values:
-        if v.line not in used_tok:
-            rows.append({"rank": v.rank, "dp_group": v.dp_group, "available_gib": None, "tokens": tokens,
-                         "bytes_per_token": None, "memory_line": None, "tokens_line": v.line, "memory_source": None})
-    blocks_at = {v.line: v.value for v in kv.blocks_by_rank} if block_size else {}
-    for r in rows:  # V0 logs count blocks: say so next to the token figure
-        r["blocks"] = blocks_at.get(r["tokens_line"])
-        r["block_size"] = block_size if r["blocks"] is not None else None
-    rows.sort(key=lambda r: (r["dp_group"], r["memory_line"] or r["tokens_line"] or 0))
-    single = len(rows) == 1
-    for r in rows:
+class _RankRows:
+    """The report's per-rank rows — the run's memory/tokens pairs, plus memory figures or token counts that
+    have no partner (a start-up that failed before sizing the pool, V0 block counts) — in (DP group, line)
+    order, without a dict per row (issue 18: a log of half a million KV lines has a quarter million pairs).
+
+    ``light(i)`` gives row ``i``'s (DP group, available GiB, tokens, tokens line); ``row(i)`` the whole row
+    dict a table shows (built for the shown rows only). The order is a list of row numbers only when the
+    figures are not in line order already."""
+
+    def __init__(self, a: Analysis):
+        kv = self.kv = a.kv_cache
+        self.a = a
+        self.block_size = a.config.get("block_size")
+        pairs = kv.ranks
+        self.n_pairs = len(pairs)
+        mem_lines = _line_set(p.memory_line for p in pairs)
+        tok_lines = _line_set(p.tokens_line for p in pairs)
+        # the unpaired figures: (kind, index) as row numbers after the pairs (kind 0 memory, 1 tokens, 2 blocks)
+        self.avail = array("q", (i for i, v in enumerate(kv.available_by_rank) if not _in(mem_lines, v.line)))
+        self.toks = array("q", (i for i, v in enumerate(kv.tokens_by_rank) if not _in(tok_lines, v.line)))
+        blocks = kv.blocks_by_rank if self.block_size else []
+        self.blks = array("q", (i for i, v in enumerate(blocks) if not _in(tok_lines, v.line)))
+        # the block count at a line: bisect on the lines when in order (the usual case), else a dict
+        self.block_lines = array("q", (v.line for v in blocks))
+        self.block_dict: dict | None = None
+        if any(self.block_lines[k] > self.block_lines[k + 1] for k in range(len(self.block_lines) - 1)):
+            self.block_dict = {v.line: v.value for v in blocks}
+        self.n = self.n_pairs + len(self.avail) + len(self.toks) + len(self.blks)
+        self.order: list[int] | None = None
+        prev = None
+        for i in range(self.n):  # rows sort by (DP group, memory line or tokens line); stable
+            k = self._key(i)
+            if prev is not None and k < prev:
+                self.order = sorted(range(self.n), key=self._key)
+                break
+            prev = k
+
+    def _raw(self, j: int) -> tuple[Any, Any, Any, Any, Any]:
+        """(dp group, available GiB, tokens, memory line, tokens line) of unsorted row ``j``."""
+        kv = self.kv
+        if j < self.n_pairs:
+            p = kv.ranks[j]
+            return p.dp_group, p.available_gib, p.tokens, p.memory_line, p.tokens_line
+        j -= self.n_pairs
+        if j < len(self.avail):
+            v = kv.available_by_rank[self.avail[j]]
+            return v.dp_group, v.value, None, v.line, None
+        j -= len(self.avail)
+        if j < len(self.toks):
+            v = kv.tokens_by_rank[self.toks[j]]
+            return v.dp_group, None, v.value, None, v.line
+        v = kv.blocks_by_rank[self.blks[j - len(self.toks)]]
+        return v.dp_group, None, v.value * self.block_size, None, v.line
+
+    def _key(self, j: int) -> tuple[Any, Any]:
+        r = self._raw(j)
+        return r[0], r[3] or r[4] or 0
+
+    def light(self, i: int) -> tuple[Any, Any, Any, Any]:
+        """(dp group, available GiB, tokens, tokens line) of row ``i`` (sorted order)."""
+        dp, gib, tokens, _mem, tline = self._raw(self.order[i] if self.order is not None else i)
+        return dp, gib, tokens, tline
+
+    def _blocks_at(self, line: Any) -> Any:
+        if line is None or not self.block_size:
+            return None
+        if self.block_dict is not None:
+            return self.block_dict.get(line)
+        lines = self.block_lines
+        k = bisect.bisect_right(lines, line) - 1  # the last one logged at that line, as a dict would keep
+        return self.kv.blocks_by_rank[k].value if k >= 0 and lines[k] == line else None
+
+    def row(self, i: int, single: bool) -> dict:
+        """Row ``i`` (sorted order) as the report's dict."""
+        j = self.order[i] if self.order is not None else i
+        kv = self.kv
+        if j < self.n_pairs:
+            p = kv.ranks[j]
+            r: dict[str, Any] = {"rank": p.rank, "dp_group": p.dp_group, "available_gib": p.available_gib, "tokens": p.tokens,
+                 "bytes_per_token": p.bytes_per_token, "memory_line": p.memory_line, "tokens_line": p.tokens_line,
+                 "memory_source": p.memory_source}
+        else:
+            dp, gib, tokens, mline, tline = self._raw(j)
+            k = j - self.n_pairs
+            v = kv.available_by_rank[self.avail[k]] if k < len(self.avail) else (
+                kv.tokens_by_rank[self.toks[k - len(self.avail)]] if k < len(self.avail) + len(self.toks)
+                else kv.blocks_by_rank[self.blks[k - len(self.avail) - len(self.toks)]])
+            r = {"rank": v.rank, "dp_group": dp, "available_gib": gib, "tokens": tokens, "bytes_per_token": None,
+                 "memory_line": mline, "tokens_line": tline, "memory_source": "available" if mline is not None else None}
+        r["blocks"] = self._blocks_at(r["tokens_line"])  # V0 logs count blocks: say so next to the token figure
+        r["block_size"] = self.block_size if r["blocks"] is not None else None
+        a = self.a
         mem = {key: _last(a.memory_by_rank.get(key, []), r["rank"], single) for key, _ in MEMORY_PARTS}
         mem["total_gib"] = _last(a.memory_by_rank.get("total_gib", []), r["rank"], single)
         r["memory"] = mem
         r["headroom_gib"], r["missing_parts"] = _headroom(mem, r["available_gib"])
-    return rows
+        return r
+
+
+def _line_set(lines: Any) -> array:
+    """The line numbers as a sorted array (None as -1), for `_in`: 8 bytes a line instead of a set entry."""
+    out = array("q", (-1 if x is None else x for x in lines))
+    if any(out[k] > out[k + 1] for k in range(len(out) - 1)):
+        out = array("q", sorted(out))
+    return out
+
+
+def _in(lines: array, line: Any) -> bool:
+    x = -1 if line is None else line
+    k = bisect.bisect_left(lines, x)
+    return k < len(lines) and lines[k] == x
+
+
+def _shown_rows(t: _RankRows) -> list[dict]:
+    """The rows the tables show: all of a short table, of a long one the first and last `caps.ROW_ENDS`."""
+    single = t.n == 1
+    idx = range(t.n) if t.n <= SHOW_ALL else [*range(ROW_ENDS), *range(t.n - ROW_ENDS, t.n)]
+    return [t.row(i, single) for i in idx]
+
+
+def _rank_summary(t: _RankRows) -> dict:
+    """What the summary says of every row (ranges, counts), in one pass over the rows."""
+    gib_lo = gib_hi = tok_lo = tok_hi = None
+    with_gib = 0
+    for i in range(t.n):
+        _dp, gib, tokens, _tl = t.light(i)
+        if gib is not None:
+            with_gib += 1
+            gib_lo = gib if gib_lo is None or gib < gib_lo else gib_lo
+            gib_hi = gib if gib_hi is None or gib > gib_hi else gib_hi
+        if tokens is not None:
+            tok_lo = tokens if tok_lo is None or tokens < tok_lo else tok_lo
+            tok_hi = tokens if tok_hi is None or tokens > tok_hi else tok_hi
+    bpt_lo, bpt_hi = value_range(t.kv.ranks, key=lambda p: p.bytes_per_token) if t.n > SHOW_ALL else (None, None)
+    return {"count": t.n, "available_gib": [gib_lo, gib_hi], "with_available": with_gib, "tokens": [tok_lo, tok_hi],
+            "bytes_per_token": [bpt_lo, bpt_hi]}
 
 
 def _headroom(mem: dict, kv_gib: float | None) -> tuple[float | None, list[str]]:
@@ -172,7 +274,7 @@ def _headroom(mem: dict, kv_gib: float | None) -> tuple[float | None, list[str]]
     return round(total - sum(v for _, v in parts if v is not None), 4), missing
 
 
-def _capacity(a: Analysis, rows: list[dict]) -> dict:
+def _capacity(a: Analysis, t: _RankRows) -> dict:
     cfg = a.config
     mml = cfg.get("max_model_len")
     dp_size = cfg.get("data_parallel_size") or 1
@@ -182,22 +284,27 @@ def _capacity(a: Analysis, rows: list[dict]) -> dict:
     if mml:
         lengths.append(("max-model-len", int(mml)))
     cap: dict[str, Any] = {"basis": None, "groups": [], "rows": [], "dp_size": dp_size, "notes": [], "max_model_len": mml}
-    with_tokens = [r for r in rows if r["tokens"] is not None]
-    implausible = [r for r in with_tokens if not _plausible_pair(r)]
-    if implausible:
-        r = implausible[0]
-        cap["notes"].append(
-            f"line {r['tokens_line']}: {fmt_num(r['tokens'])} tokens in {fmt_gib(r['available_gib'])} is "
-            f"{r['available_gib'] * _GIB / r['tokens'] if r['tokens'] else float('inf'):.3g} bytes per token, "
-            "outside any real model: such token counts are left out of the capacity")
-        with_tokens = [r for r in with_tokens if _plausible_pair(r)]
     groups: list[dict] = []
-    if with_tokens:
-        by_group: dict[int, dict] = {}
-        for r in with_tokens:
-            g = by_group.get(r["dp_group"])
-            if g is None or r["tokens"] < g["tokens"]:
-                by_group[r["dp_group"]] = {"dp_group": r["dp_group"], "tokens": r["tokens"], "line": r["tokens_line"]}
+    by_group: dict[int, dict] = {}
+    implausible = None
+    for i in range(t.n):  # one pass: the smallest plausible token count per DP group, the first implausible row
+        dp, gib, tokens, tline = t.light(i)
+        if tokens is None:
+            continue
+        if not _plausible_pair(gib, tokens):
+            if implausible is None:
+                implausible = (gib, tokens, tline)
+            continue
+        g = by_group.get(dp)
+        if g is None or tokens < g["tokens"]:
+            by_group[dp] = {"dp_group": dp, "tokens": tokens, "line": tline}
+    if implausible is not None:
+        gib, tokens, tline = implausible
+        cap["notes"].append(
+            f"line {tline}: {fmt_num(tokens)} tokens in {fmt_gib(gib)} is "
+            f"{gib * _GIB / tokens if tokens else float('inf'):.3g} bytes per token, "
+            "outside any real model: such token counts are left out of the capacity")
+    if by_group:
         groups = [by_group[k] for k in sorted(by_group)]
         cap["basis"] = "log"
     else:
@@ -229,10 +336,9 @@ def _capacity(a: Analysis, rows: list[dict]) -> dict:
 _GIB = 1 << 30
 
 
-def _plausible_pair(r: dict) -> bool:
-    """False when the row's memory figure and token count give a bytes-per-token no model has
+def _plausible_pair(gib: float | None, tokens: int | None) -> bool:
+    """False when a row's memory figure and token count give a bytes-per-token no model has
     (e.g. a corrupted count of 2**70 tokens); rows without a memory figure cannot be checked."""
-    gib, tokens = r["available_gib"], r["tokens"]
     if gib is None or tokens is None:
         return True
     if tokens <= 0 or gib <= 0:
@@ -284,19 +390,25 @@ def _settings_rows(a: Analysis) -> list[list[str]]:
 
 
 # a report stays readable and bounded whatever the log (issue 18: one bar per KV pair made a 10 MB log of KV
-# lines a >14 GB image): the per-rank tables show this many rows, the memory chart this many bars; the
-# capacity figures are computed from every rank
-MAX_REPORT_RANKS = 256
-MAX_CHART_BARS = 64
+# lines a >14 GB image, and one dict per pair held ~350 B a KV line): the per-rank tables and the memory chart
+# show every row up to `caps.SHOW_ALL`, past that the first and last `caps.ROW_ENDS` (as the text summary);
+# the summary's ranges and the capacity figures are computed from every row
+MAX_REPORT_RANKS = SHOW_ALL
+MAX_CHART_BARS = SHOW_ALL
 
 
 def build_section(a: Analysis, min_severity: str = "info") -> dict:
-    """Everything the report shows about one run, as plain data (redact this, then render it)."""
-    data = a.to_json(min_severity)
-    rows = _rank_rows(a)
+    """Everything the report shows about one run, as plain data (redact this, then render it).
+
+    ``analysis`` is `Analysis.to_json` with its per-value KV lists as views (``lazy``): the report shows
+    none of them — it shows ``ranks`` (every row of a short table, of a long one the first and last ones,
+    ``ranks_count`` in all) and the ranges in ``ranks_summary`` — so they are neither copied nor redacted."""
+    data = a.to_json(min_severity, lazy=True)
+    rows = _RankRows(a)
+    shown = _shown_rows(rows)
     counts = {s: sum(1 for f in data["findings"] if f["severity"] == s) for s in ("error", "warning", "info")}
-    return {"analysis": data, "run_label": run_label(a), "settings": _settings_rows(a), "ranks": rows[:MAX_REPORT_RANKS],
-            "ranks_omitted": max(0, len(rows) - MAX_REPORT_RANKS),
+    return {"analysis": data, "run_label": run_label(a), "settings": _settings_rows(a), "ranks": shown,
+            "ranks_omitted": rows.n - len(shown), "ranks_count": rows.n, "ranks_summary": _rank_summary(rows),
             "capacity": _capacity(a, rows), "errors": _error_items(a), "counts": counts,
             "suggestion": build_suggestion(a)}
 
@@ -351,11 +463,11 @@ def _summary_rows(doc: dict) -> list[list[str]]:
         ["max-model-len", fmt_num(c["max_model_len"])],
         ["bytes per token (per rank)", bpt],
     ]
-    ranks = doc["ranks"]
-    if ranks:
-        rows.append(["available KV cache (per rank)", _range([r["available_gib"] for r in ranks], fmt_gib)
-                     + f" over {_plural(sum(1 for r in ranks if r['available_gib'] is not None), 'rank')}"])
-        rows.append(["KV cache size (tokens)", _range([r["tokens"] for r in ranks], fmt_num)])
+    summ = doc["ranks_summary"]
+    if summ["count"]:
+        rows.append(["available KV cache (per rank)", _range(summ["available_gib"], fmt_gib)
+                     + f" over {_plural(summ['with_available'], 'rank')}"])
+        rows.append(["KV cache size (tokens)", _range(summ["tokens"], fmt_num)])
     verdict = _verdict(doc)
     if a["errors"].get("startup_failed"):
         verdict += " · start-up failed"
@@ -368,12 +480,23 @@ def _summary_rows(doc: dict) -> list[list[str]]:
 
 
 def _omitted_note(sec: dict) -> str:
-    n, omitted = len(sec["ranks"]), sec.get("ranks_omitted", 0)
-    parts = [f"the chart draws the first {min(n, MAX_CHART_BARS):,} ranks"] if n > MAX_CHART_BARS else []
-    if omitted:
-        parts.append(f"the tables show the first {n:,} of {n + omitted:,} KV figures "
-                     "(every one is in the JSON analysis; the capacity figures use them all)")
-    return "Bounded report: " + "; ".join(parts) + "."
+    """What a capped table leaves out, in the words of the text summary's (`render.analysis.rank_rows_note`)."""
+    n, summ = sec["ranks_count"], sec["ranks_summary"]
+    spans = [f"{what} lowest {fmt(lo)}, highest {fmt(hi)}" for what, (lo, hi), fmt in (
+        ("available", summ["available_gib"], fmt_gib), ("tokens", summ["tokens"], fmt_num),
+        ("bytes/token", summ["bytes_per_token"], fmt_bpt)) if lo is not None]
+    span = "; " + "; ".join(spans) if spans else ""
+    return (f"Bounded report: {n:,} KV figures: the first and last {ROW_ENDS} shown in the tables and the chart{span}; "
+            "every one in `kvlogdiag analyze --format json` (kv_cache); the capacity figures use them all.")
+
+
+def _capped_cells(sec: dict, cells: Callable[[dict], list[str]], width: int) -> list[list[str]]:
+    """A table's cells: one row per shown rank row, with a "…" row where a capped table leaves rows out."""
+    ranks = sec["ranks"]
+    out = [cells(r) for r in ranks]
+    if sec.get("ranks_omitted"):
+        out.insert(ROW_ENDS, ["…"] + [""] * (width - 1))
+    return out
 
 
 def _rank_label(r: dict) -> str:
@@ -489,11 +612,11 @@ def _markdown_section(doc: dict, sec: dict, first: bool) -> str:
                 out += [""] + ["  " + ln if ln else "" for ln in "\n".join(_md_evidence(e["line"], e["evidence"])).split("\n")] + [""]
     out += ["", "### KV cache figures per rank", ""]
     if sec["ranks"]:
-        out.append(md_table(FIGURE_HEADERS, [_figure_cells(r) for r in sec["ranks"]]))
+        out.append(md_table(FIGURE_HEADERS, _capped_cells(sec, _figure_cells, len(FIGURE_HEADERS))))
         out += ["", "### GPU memory per rank", "",
                 "From the memory lines of each rank; headroom = total − the other columns (it includes any part not in the log)."
                 " Charts: `--format html`.", ""]
-        out.append(md_table(MEMORY_HEADERS, [_memory_cells(r) for r in sec["ranks"]]))
+        out.append(md_table(MEMORY_HEADERS, _capped_cells(sec, _memory_cells, len(MEMORY_HEADERS))))
         if sec.get("ranks_omitted"):
             out.append("")
             out.append(f"_{_omitted_note(sec)}_")
@@ -752,14 +875,16 @@ def _html_section(sec: dict, charts: bool, level: int, suffix: str) -> list[str]
         out.append("</ul>")
     out.append(head("KV cache figures per rank"))
     if sec["ranks"]:
-        out.append(_html_table(FIGURE_HEADERS, [_figure_cells(r) for r in sec["ranks"]], "figures" + suffix, {2, 3, 4}))
+        out.append(_html_table(FIGURE_HEADERS, _capped_cells(sec, _figure_cells, len(FIGURE_HEADERS)), "figures" + suffix,
+                               {2, 3, 4}))
         out.append(head("GPU memory per rank"))
         out.append(_html_chart(pics, "memory", "Stacked bars per rank: weights, activation peak, non-torch, CUDA graph, "
                                                "KV cache and headroom (total − the rest), in GiB"))
         out.append('<p class="note">Headroom = total − the other columns; a part that is not in the log counts as 0, '
                    'so the headroom then includes it.</p>')
-        out.append(_html_table(MEMORY_HEADERS, [_memory_cells(r) for r in sec["ranks"]], "memory" + suffix, {1, 2, 3, 4, 5, 6, 7}))
-        if len(sec["ranks"]) > MAX_CHART_BARS or sec.get("ranks_omitted"):
+        out.append(_html_table(MEMORY_HEADERS, _capped_cells(sec, _memory_cells, len(MEMORY_HEADERS)), "memory" + suffix,
+                               {1, 2, 3, 4, 5, 6, 7}))
+        if sec.get("ranks_omitted"):
             out.append(f'<p class="note">{_omitted_note(sec)}</p>')
     else:
         out.append("<p>No <code>Available KV cache memory</code> or <code>GPU KV cache size</code> line in the log.</p>")

@@ -11,7 +11,8 @@ log has decided them. There is no second engine here — the analysis is ``analy
   sees the server start again, or when ``watch -f`` sees the file truncated or replaced
   (`Watcher.restart`). Figures and findings are those of the current run;
 * re-evaluation is throttled by the line stream, not by a timer: after a start-up-complete line, a
-  new run, every `EVAL_EVERY_LINES` fed lines, whenever the input has gone quiet (nothing more to read
+  new run, every `EVAL_EVERY_LINES` fed lines (past as many KV figures in the run: every half their number
+  again, so that a log of KV lines costs linear time), whenever the input has gone quiet (nothing more to read
   right now), and at the end;
 * figures are printed only when the run's pairing of memory and token lines is complete
   (`pairing_complete`) — or when start-up completed, or at the end — and exactly as the `Analysis`
@@ -64,6 +65,8 @@ from kvlogdiag.input.reader import NUMPY_AFTER_BYTES, Line
 from kvlogdiag.modes.metrics_poll import MetricsPoller
 from kvlogdiag.pipeline import Analyzer
 from kvlogdiag.render.analysis import clean_json, error_lines, fmt_bpt, fmt_gib, fmt_num, metrics_text_lines
+from kvlogdiag.render.caps import ROW_ENDS, SHOW_ALL, value_range
+from kvlogdiag.render.json_stream import render_json_line
 from kvlogdiag.result import Analysis, Finding, InputAnalysis, KVCache, Severity
 from kvlogdiag.rules.engine import RuleLoadError
 
@@ -79,9 +82,13 @@ ECHO_HOLD_MAX = 1 << 16  # ... or once it is longer than this
 FOLLOW_POLL_S = 0.1  # --follow: how often an idle file is checked for new data, truncation, rotation
 SIGNAL_GRACE_S = 1.0  # after SIGINT/SIGTERM: keep copying stdin until EOF for at most this long
 QUEUE_MAX_BYTES = 64 << 20  # input the analysis may lag behind the echo on a pipe before it is given up
+# from a regular file the reading side waits for the analysis anyway: a short queue keeps the memory flat (a
+# 50 MB file of KV lines on stdin queued whole behind a slower analysis: +50 MB of RSS; issue 18)
+WAIT_QUEUE_BYTES = 8 << 20
 STUCK_S = 60.0  # at the end: an analysis step running this long is given up (a hang guard, not a budget)
 FINISH_AFTER_SIGNAL_S = 5.0  # after a signal: how long the summary may take before watch exits without it
 EMIT_LOCK_S = 2.0  # a stderr write waits this long for the other thread's write, then is dropped
+EMIT_CHUNK = 1 << 16  # characters of a long JSON event written at once
 METRICS_PENDING_MAX = 4  # watch --metrics: scrapes queued for a slow analysis before newer ones are dropped
 # a live log grows for as long as the server runs: its bulk reads are searched with numpy from the first one
 # (`reader.ChunkScanner`; ~4x the stdlib finder), not only after the 16 MiB that pay numpy's import in analyze
@@ -161,7 +168,44 @@ class Emitter:
             self.lock.release()
 
     def json(self, obj: dict) -> None:
-        self._write(_escape_json(json.dumps(clean_json(obj), ensure_ascii=False, allow_nan=False)) + "\n")
+        """One JSON line. A ``final`` or ``summary`` event holds whole analyses (every KV value: their lists
+        are views) and is written piece by piece (`render_json_line`), never built as one string (issue 18)."""
+        pieces = render_json_line(obj)
+        first = next(pieces)
+        buf = [first]
+        size = len(first)
+        for piece in pieces:
+            if size >= EMIT_CHUNK:
+                break
+            buf.append(piece)
+            size += len(piece)
+        else:  # a small event (the usual case): one write, as before
+            self._write(_escape_json("".join(buf)) + "\n")
+            return
+        buf.append(piece)
+        if self.broken or not self.lock.acquire(timeout=EMIT_LOCK_S):
+            return
+        try:
+            self.stream.write(_escape_json("".join(buf)))
+            buf, size = [], 0
+            for piece in pieces:
+                buf.append(piece)
+                size += len(piece)
+                if size >= EMIT_CHUNK:
+                    self.stream.write(_escape_json("".join(buf)))
+                    buf, size = [], 0
+            self.stream.write(_escape_json("".join(buf)) + "\n")
+            self.stream.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            self.broken = True
+        except BaseException:
+            try:  # the event failed half-way (the analysis guard reports it): the next event starts a line
+                self.stream.write("\n")
+            except (OSError, ValueError):
+                self.broken = True
+            raise
+        finally:
+            self.lock.release()
 
     def text(self, parts: list[tuple[str, str | None]]) -> None:
         """``parts``: (text, rich style or None); lines separated by "\\n" inside the text."""
@@ -217,21 +261,46 @@ def _smallest_concurrency(kv: KVCache) -> dict | None:
     return min(kv.max_concurrency, key=lambda c: c["concurrency"]) if kv.max_concurrency else None
 
 
+def _capped(values: Any, make: Callable[[Any], Any], key: Callable[[Any], Any] | None, name: str,
+            capped: dict[str, Any]) -> list[Any]:
+    """Every entry of a list of up to `caps.SHOW_ALL`; of a longer one the first and last `caps.ROW_ENDS`, its
+    count and range noted in ``capped[name]`` (a figures event is printed at every evaluation while KV lines
+    keep coming: whole, a log of half a million KV lines made events of every value hundreds of times)."""
+    n = len(values)
+    if n <= SHOW_ALL:
+        return [make(v) for v in values]
+    lo, hi = value_range(values, key=key)
+    capped[name] = {"count": n, "lowest": lo, "highest": hi}
+    return [make(values[i]) for i in (*range(ROW_ENDS), *range(n - ROW_ENDS, n))]
+
+
+def _rank_entry(r: Any) -> dict[str, Any]:
+    return {"rank": r.rank, "available_gib": r.available_gib, "tokens": r.tokens, "bytes_per_token": r.bytes_per_token,
+            "dp_group": r.dp_group, "run": r.run, "memory_line": r.memory_line, "tokens_line": r.tokens_line}
+
+
 def _figures_event(a: Analysis) -> dict[str, Any]:
     kv = a.kv_cache
-    budgets = [b["gib"] for b in kv.kv_budget]
-    return {
+    budget_lo = min((b["gib"] for b in kv.kv_budget), default=None)
+    capped: dict[str, Any] = {}
+    ev = {
         "bytes_per_token": kv.bytes_per_token, "bytes_per_token_kind": kv.bytes_per_token_kind,
-        "tokens_min": min(kv.tokens) if kv.tokens else None, "tokens": list(kv.tokens),
-        "gpu_blocks": list(kv.gpu_blocks),
+        "tokens_min": min(kv.tokens) if kv.tokens else None,
+        "tokens": _capped(kv.tokens, _same_value, None, "tokens", capped),
+        "gpu_blocks": _capped(kv.gpu_blocks, _same_value, None, "gpu_blocks", capped),
         "available_gib_min": min(kv.available_gib) if kv.available_gib else None,
-        "kv_budget_gib_min": min(budgets) if budgets else None,
+        "kv_budget_gib_min": budget_lo,
         "max_concurrency": _smallest_concurrency(kv),
-        "ranks": [{"rank": r.rank, "available_gib": r.available_gib, "tokens": r.tokens,
-                   "bytes_per_token": r.bytes_per_token, "dp_group": r.dp_group, "run": r.run,
-                   "memory_line": r.memory_line, "tokens_line": r.tokens_line} for r in kv.ranks],
+        "ranks": _capped(kv.ranks, _rank_entry, lambda r: r.bytes_per_token, "ranks", capped),
         "note": kv.bytes_per_token_note, "errors": error_lines(a),
     }
+    if capped:  # only on a log with more than caps.SHOW_ALL of a kind: the event is as before otherwise
+        ev["capped"] = capped
+    return ev
+
+
+def _same_value(v: Any) -> Any:
+    return v
 
 
 def _figures_text(ev: dict) -> str:
@@ -242,10 +311,11 @@ def _figures_text(ev: dict) -> str:
     else:
         parts.append("bytes/token —")
     if ev.get("tokens_min") is not None:
-        n = len(ev.get("tokens") or [])
+        n = (ev.get("capped") or {}).get("tokens", {}).get("count") or len(ev.get("tokens") or [])
         parts.append(f"KV cache {ev['tokens_min']:,} tokens" + (f" (smallest of {n})" if n > 1 else ""))
     elif ev.get("gpu_blocks"):
-        parts.append(f"{min(ev['gpu_blocks']):,} KV blocks")
+        blocks = (ev.get("capped") or {}).get("gpu_blocks")
+        parts.append(f"{blocks['lowest'] if blocks else min(ev['gpu_blocks']):,} KV blocks")
     if ev.get("available_gib_min") is not None:
         parts.append(f"available {fmt_gib(ev['available_gib_min'])}")
     elif ev.get("kv_budget_gib_min") is not None:
@@ -414,6 +484,7 @@ class Watcher:
         self.last_input = clock()
         self.position = 0  # the line the analysis has reached
         self.fed_since_eval = 0
+        self.kv_facts = 0  # KV figures of the run at the last evaluation (see evaluate)
         self.dirty = False
         self.known_starts = 1  # server starts announced (`server_starts`: a run of only a pasted command folds)
         self._runs_seen = 1  # the extractor's runs when the starts were last counted
@@ -587,7 +658,7 @@ class Watcher:
         if self.cause_seen:
             self.cause_seen = False
             self.evaluate()
-        elif self.fed_since_eval >= EVAL_EVERY_LINES:
+        elif self.fed_since_eval >= EVAL_EVERY_LINES and self.fed_since_eval * 2 >= self.kv_facts:
             self.evaluate()
 
     def _count_starts(self) -> int:
@@ -729,6 +800,11 @@ class Watcher:
         self.analysis = a
         self.dirty = False
         self.fed_since_eval = 0
+        kv = a.kv_cache
+        # an evaluation passes over the run's KV figures: past EVAL_EVERY_LINES of them, the next one waits for
+        # half as many new lines again, so the evaluations of a log that repeats its KV lines cost a few
+        # times one analysis, not one per EVAL_EVERY_LINES lines (issue 18: CPU linear in the KV lines)
+        self.kv_facts = len(kv.available_gib) + len(kv.tokens) + len(kv.gpu_blocks) + len(kv.kv_budget)
         self._rule_errors()
         decided = final or a.run.index in self.started_runs
         self._figures(a, decided)
@@ -829,6 +905,7 @@ class Watcher:
         self.figures_key = None
         self.analysis = None
         self.fed_since_eval = 0
+        self.kv_facts = 0
         started = new.started_by
         reason = started if started in ("truncated", "rotated") else "restart"
         if self.emit.fmt == "json":
@@ -877,9 +954,9 @@ class Watcher:
         if rt.get("metrics") is not None:
             ev["runtime"]["metrics"] = rt["metrics"]
         if final:
-            ev["analysis"] = a.to_json(self.opts.min_severity)
+            ev["analysis"] = a.to_json(self.opts.min_severity, lazy=True)  # views: written piece by piece
         if result is not None:  # what `analyze --format json` prints for this input
-            ev["result"] = result.to_json("last", self.opts.min_severity)
+            ev["result"] = result.to_json("last", self.opts.min_severity, lazy=True)
         if exit_code is not None:
             ev["exit_code"] = exit_code
         if self.emit.fmt == "json":
@@ -944,7 +1021,7 @@ class Watcher:
         if self.emit.fmt == "json":
             for r in runs:
                 self.emit.json({"event": "final", "source": self.source, "run": r.run.to_json(),
-                                "analysis": r.to_json(self.opts.min_severity)})
+                                "analysis": r.to_json(self.opts.min_severity, lazy=True)})
         self.summary(reason, runs[-1], exit_code=code, final=True, result=InputAnalysis(self.source, runs))
         return code
 
@@ -1131,7 +1208,7 @@ class Pipeline:
         self.w = w
         self.sig = sig
         self.wait_when_full = wait_when_full
-        self.feed = _Feed(QUEUE_MAX_BYTES)
+        self.feed = _Feed(WAIT_QUEUE_BYTES if wait_when_full else QUEUE_MAX_BYTES)
         self.result: int | None = None
         self.stop: int | None = None  # the analysis ended the watch (--strict-rules): this exit code
         self.busy_since: float | None = None  # when the analysis step now running began

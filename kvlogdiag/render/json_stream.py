@@ -9,6 +9,10 @@ each chunk cleaned (`clean_json`) and dumped alone, then indented to its place. 
 ``json.dumps(json_document(...), indent=2, ensure_ascii=False, allow_nan=False)`` gives, byte for byte
 (tests/test_json_stream.py): ``indent=2`` puts every list item and dict entry on its own line, and a JSON
 string never holds a raw newline, so a chunk's lines can be shifted right as a whole.
+
+`render_json_line` does the same for one JSON line (``watch --format json`` events, whose ``final`` and
+``summary`` events carry whole analyses): the pieces of ``json.dumps(clean_json(obj), ensure_ascii=False,
+allow_nan=False)``, without indentation.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from kvlogdiag import __version__
 from kvlogdiag.derive.pairings import is_view
 from kvlogdiag.render.analysis import clean_json
 
-__all__ = ["CHUNK", "render_json_stream"]
+__all__ = ["CHUNK", "render_json_line", "render_json_stream"]
 
 CHUNK = 2048  # list entries dumped at once: large enough that json.dumps does the work, small enough to stay flat
 
@@ -99,3 +103,39 @@ def render_json_stream(analyses: list[dict], extra: dict | None = None) -> Itera
     if extra:
         doc.update(clean_json(extra))
     return _encode(doc, 0)
+
+
+def _encode_line(obj: Any) -> Iterator[str]:
+    """The one-line text of ``obj`` (not yet cleaned), as ``json.dumps`` with its default separators gives it."""
+    if not _heavy(obj):
+        yield json.dumps(clean_json(obj), ensure_ascii=False, allow_nan=False)
+        return
+    if isinstance(obj, dict):
+        yield "{"
+        n = 0
+        for k, v in obj.items():
+            if str(k).startswith("_"):  # as clean_json
+                continue
+            yield (", " if n else "") + json.dumps(str(k), ensure_ascii=False) + ": "
+            n += 1
+            yield from _encode_line(v)
+        yield "}"
+        return
+    seq: Sequence[Any] = obj
+    yield "["
+    if any(_heavy(v) for v in _sample(seq)):
+        for n, v in enumerate(seq):
+            if n:
+                yield ", "
+            yield from _encode_line(v)
+    else:
+        for start in range(0, len(seq), CHUNK):
+            text = json.dumps(clean_json(list(seq[start:start + CHUNK])), ensure_ascii=False, allow_nan=False)
+            yield (", " if start else "") + text[1:-1]
+    yield "]"
+
+
+def render_json_line(obj: Any) -> Iterator[str]:
+    """The pieces of ``json.dumps(clean_json(obj), ensure_ascii=False, allow_nan=False)`` (``obj`` may hold
+    the views of ``to_json(lazy=True)``); a small ``obj`` is one piece."""
+    return _encode_line(obj)
