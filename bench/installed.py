@@ -27,49 +27,50 @@ ROOT = os.path.dirname(HERE)
 VENV = os.path.join(HERE, "out", "installed-venv")
 
 
-def tree_hash() -> str:
+def tree_hash(root: str = ROOT) -> str:
     """BLAKE2b of the package's files (paths and contents) and pyproject.toml."""
     h = hashlib.blake2b(digest_size=16)
-    files = [os.path.join(ROOT, "pyproject.toml")]
-    for d, dirs, names in os.walk(os.path.join(ROOT, "kvlogdiag")):
+    files = [os.path.join(root, "pyproject.toml")]
+    for d, dirs, names in os.walk(os.path.join(root, "kvlogdiag")):
         dirs[:] = sorted(x for x in dirs if x != "__pycache__")
         files += [os.path.join(d, n) for n in sorted(names) if not n.endswith((".pyc", ".pyo"))]
     for f in files:
-        h.update(os.path.relpath(f, ROOT).encode() + b"\0")
+        h.update(os.path.relpath(f, root).encode() + b"\0")
         with open(f, "rb") as fh:
             h.update(fh.read())
         h.update(b"\0")
     return h.hexdigest()
 
 
-def _bin(name: str) -> str:
-    return os.path.join(VENV, "Scripts" if os.name == "nt" else "bin", name)
+def _bin(venv: str, name: str) -> str:
+    return os.path.join(venv, "Scripts" if os.name == "nt" else "bin", name)
 
 
-def kvlogdiag_script() -> str:
-    """The ``kvlogdiag`` console script of the installed copy, built first when missing or out of date."""
-    stamp = os.path.join(VENV, "kvlogdiag-tree-hash")
-    want = tree_hash()
-    script = _bin("kvlogdiag")
+def kvlogdiag_script(root: str = ROOT, venv: str = VENV) -> str:
+    """The ``kvlogdiag`` console script of an installed copy of the tree ``root`` in ``venv``, built first when
+    missing or out of date."""
+    stamp = os.path.join(venv, "kvlogdiag-tree-hash")
+    want = tree_hash(root)
+    script = _bin(venv, "kvlogdiag")
     if os.path.exists(script) and os.path.exists(stamp):
         with open(stamp, encoding="utf-8") as fh:
             if fh.read() == want:
                 return script
-    shutil.rmtree(VENV, ignore_errors=True)
+    shutil.rmtree(venv, ignore_errors=True)
     env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # pip writes the .pyc files a user's install has
     with tempfile.TemporaryDirectory(prefix="kvlogdiag-wheel-") as wheels:
         # from a copy: an in-tree build leaves build/ behind, whose stale modules a later wheel would pick up
         src = os.path.join(wheels, "src")
-        shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", ".venv", "bench", "tests", "build", "*.egg-info",
+        shutil.copytree(root, src, ignore=shutil.ignore_patterns(".git", ".venv", "bench", "tests", "build", "*.egg-info",
                                                                  "__pycache__", ".*_cache", ".hypothesis"))
         subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", wheels, src],
                        check=True, env=env, cwd=wheels)
         (wheel,) = [os.path.join(wheels, n) for n in os.listdir(wheels) if n.endswith(".whl")]
-        subprocess.run([sys.executable, "-m", "venv", "--without-pip", VENV], check=True, env=env)
-        subprocess.run([sys.executable, "-m", "pip", "--python", _bin("python"), "install", "--quiet", "--no-deps",
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True, env=env)
+        subprocess.run([sys.executable, "-m", "pip", "--python", _bin(venv, "python"), "install", "--quiet", "--no-deps",
                         "--no-index", wheel], check=True, env=env)
-    out = subprocess.run([_bin("python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+    out = subprocess.run([_bin(venv, "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                          check=True, capture_output=True, text=True).stdout.strip()
     with open(os.path.join(out, "kvlogdiag-bench-deps.pth"), "w", encoding="utf-8") as fh:
         fh.write("\n".join(site.getsitepackages()) + "\n")
