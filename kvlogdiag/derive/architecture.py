@@ -25,7 +25,6 @@ Pure Python, no network.  Everything is per rank.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -368,7 +367,7 @@ def parse_vllm_version(version: str | None) -> tuple[int, int, int] | None:
         return None
     # (?<!\d): the leftmost match starts where a digit run starts, so starting inside one is never
     # tried (the same match; without it a 20,000-digit run costs ~10^8 steps: issue 18, ReDoS)
-    m = re.search(r"(?<!\d)(\d+)\.(\d+)(?:\.(\d+))?", str(version))
+    m = recache.compile(r"(?<!\d)(\d+)\.(\d+)(?:\.(\d+))?").search(str(version))
     if not m or max(len(g or "") for g in m.groups()) > 18:
         return None  # a version number of 19+ digits is damage (int() refuses 4,300+ digits)
     return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
@@ -662,9 +661,9 @@ def normalise_model_name(name: str) -> str:
     if m:
         text = m.group(1)
     else:
-        text = re.split(r"[/\\]", text.rstrip("/\\"))[-1]
+        text = recache.compile(r"[/\\]").split(text.rstrip("/\\"))[-1]
     text = text.lower().replace("___", ".")
-    text = re.sub(r"[_\s:]+", "-", text)
+    text = recache.compile(r"[_\s:]+").sub("-", text)
     tokens = [t for t in text.split("-") if t]
     kept = [t for t in tokens if t not in _DROP_TOKENS and not _DATE_TOKEN.match(t)]
     if len(kept) > 1 and kept[0] == "meta" and kept[1].startswith("llama"):

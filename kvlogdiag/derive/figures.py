@@ -49,7 +49,7 @@ def parse_version(text: str | None) -> tuple[int, ...] | None:
     """``0.11.1rc3.dev29+g3fa`` → (0, 11, 1); None when it does not start with digits."""
     if not text:
         return None
-    m = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", text)
+    m = recache.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?").match(text)
     if not m:
         return None
     return tuple(int(g) for g in m.groups() if g is not None)

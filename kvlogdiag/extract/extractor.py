@@ -434,7 +434,7 @@ class Extractor:
             every[key] = self._with(fact, scalar(raw), "engine_config")
             if key == "device_config":
                 dev = raw.strip("'\" ")
-                dm = re.search(r"(cuda|npu|cpu|xpu|tpu|hpu|rocm|neuron)", dev)
+                dm = recache.compile(r"(cuda|npu|cpu|xpu|tpu|hpu|rocm|neuron)").search(dev)
                 if dm and _DEVICE_PLATFORM.get(dm.group(1)):
                     self.facts.platform.append(self._with(fact, _DEVICE_PLATFORM[dm.group(1)], "device_config"))
                 continue

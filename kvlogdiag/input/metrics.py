@@ -28,6 +28,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvlogdiag import recache
+
 __all__ = ["EngineSample", "MetricsError", "Scrape", "histogram_quantile", "parse_scrape", "parse_scrapes", "sniff"]
 
 #: bytes of the head `sniff` looks at
@@ -35,9 +37,9 @@ SNIFF_BYTES = 1 << 16
 
 _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 _VALUE = r"[-+]?(?:[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?|[0-9]+\.|NaN|Nan|nan|[-+]?Inf|[-+]?inf)"
-_SAMPLE_RE = re.compile(rf"^{_NAME}(?:\{{.*\}})?[ \t]+{_VALUE}(?:[ \t]+-?[0-9]+)?[ \t]*$")
-_COMMENT_RE = re.compile(rf"^#[ \t]+(?:HELP|TYPE)[ \t]+{_NAME}(?:[ \t].*)?$|^#.*$")
-_HELP_RE = re.compile(rf"^#[ \t]+HELP[ \t]+({_NAME})")
+_SAMPLE_RE = recache.compile(rf"^{_NAME}(?:\{{.*\}})?[ \t]+{_VALUE}(?:[ \t]+-?[0-9]+)?[ \t]*$")
+_COMMENT_RE = recache.compile(rf"^#[ \t]+(?:HELP|TYPE)[ \t]+{_NAME}(?:[ \t].*)?$|^#.*$")
+_HELP_RE = recache.compile(rf"^#[ \t]+HELP[ \t]+({_NAME})")
 
 
 class MetricsError(ValueError):

@@ -12,7 +12,7 @@ import math
 import re
 from typing import Any, Iterable
 
-from kvlogdiag import __version__
+from kvlogdiag import __version__, recache
 from kvlogdiag.derive.pairings import is_view
 from kvlogdiag.render.caps import ENDS, ROW_ENDS, SHOW_ALL, capped_rows, capped_values, value_range
 from kvlogdiag.result import Analysis, Finding, Severity
@@ -250,7 +250,7 @@ def render_text(analyses: list[Analysis], min_severity: str = "info", errors: It
 
 # --- Markdown ---------------------------------------------------------------------------------
 
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]|~])")
+_MD_SPECIAL = recache.compile(r"([\\`*_{}\[\]|~])")
 
 
 def md_escape(text: Any) -> str:

@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, Union
 if TYPE_CHECKING:
     import regex
 
+from kvlogdiag import recache
 from kvlogdiag.errors import KvlogdiagError
 
 __all__ = [
@@ -193,14 +194,14 @@ _CHAR_HINTS = {
     ";": "only a single expression is allowed",
 }
 _DIGITS = r"\d(?:_?\d)*"
-_TOKEN_RE = re.compile(
+_TOKEN_RE = recache.compile(
     rf"""(?P<ws>\s+)
     |(?P<number>{_DIGITS}(?:\.{_DIGITS})?(?:[eE][+-]?{_DIGITS})?)
     |(?P<name>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)
     |(?P<string>'(?:[^'\\\n]|\\[^\n])*'|"(?:[^"\\\n]|\\[^\n])*")
     |(?P<op>\*\*|==|!=|<=|>=|[-+*/%<>()\[\],])""",
     re.VERBOSE | re.ASCII)
-_UNESCAPE_RE = re.compile(r"""\\(['"\\])""")
+_UNESCAPE_RE = recache.compile(r"""\\(['"\\])""")
 
 
 class _Token(NamedTuple):
@@ -214,7 +215,7 @@ def _number(text: str, pos: int) -> int | float:
     if sum(c.isdigit() for c in text) > MAX_DIGITS:
         raise ConditionError(f"numeric literal has more than {MAX_DIGITS} digits", pos)
     plain = text.replace("_", "")
-    if re.match(r"0\d", plain):
+    if recache.compile(r"0\d").match(plain):
         raise ConditionError("leading zeros are not allowed in numbers", pos)
     if not any(c in plain for c in ".eE"):
         return int(plain)
@@ -829,10 +830,15 @@ def compile_user_regex(pattern: str, position: int = 0) -> regex.Pattern[str]:
         raise
 
 
-def regex_search(pattern: str, text: str, timeout: float = 0.25) -> regex.Match[str] | None:
+def regex_search(pattern: str, text: str, timeout: float = 0.25) -> regex.Match[str] | re.Match[str] | None:
     """Search ``text`` with at most ``timeout`` seconds of matching; EvaluationError on timeout."""
     if not isinstance(text, str):
         raise EvaluationError(f"regex subject must be a string, not {_type_name(text)}")
+    from kvlogdiag.rules.plainregex import plain_pattern
+
+    plain = plain_pattern(pattern)  # same answers, cannot backtrack: no `regex` import, no timeout needed
+    if plain is not None:
+        return plain.search(text)
     try:
         compiled = compile_user_regex(pattern)
     except ConditionError as exc:

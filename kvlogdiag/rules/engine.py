@@ -25,7 +25,7 @@ from dataclasses import fields as dataclass_fields
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from kvlogdiag import pkgdata
+from kvlogdiag import pkgdata, recache
 from kvlogdiag.errors import KvlogdiagError
 from kvlogdiag.extract.commands import is_vllm_flag
 from kvlogdiag.extract.facts import Fact, LogFacts
@@ -63,14 +63,14 @@ from kvlogdiag.tomlcache import tomllib  # imported on first use
 
 SEVERITIES = ("info", "warning", "error")
 SEVERITY_RANK = {s.label: int(s) for s in Severity} | {"never": Severity.threshold("never")}  # by name
-CODE_RE = re.compile(r"^[A-Z]{2,6}\d{3,4}$")
-SLUG_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
-_TEMPLATE_RE = re.compile(r"\{([A-Za-z][A-Za-z0-9_.]*)(?::([^{}]*))?\}")
+CODE_RE = recache.compile(r"^[A-Z]{2,6}\d{3,4}$")
+SLUG_RE = recache.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+_TEMPLATE_RE = recache.compile(r"\{([A-Za-z][A-Za-z0-9_.]*)(?::([^{}]*))?\}")
 # optional segment: "[?name: text]" is kept only when name is not null (and not false/empty)
 # a format spec: fill/align, sign, width ≤ 2 digits, grouping, precision ≤ 2 digits, type
-_SPEC_RE = re.compile(r"^(?:[^{}]?[<>=^])?[+\- ]?#?0?\d{0,2}[,_]?(?:\.\d{1,2})?[bcdeEfFgGnosxX%]?$")
-_OPTIONAL_RE = re.compile(r"\[\?([A-Za-z][A-Za-z0-9_.]*): ([^\[\]]*)\]")
-_BRACE_RE = re.compile(r"[{}]")
+_SPEC_RE = recache.compile(r"^(?:[^{}]?[<>=^])?[+\- ]?#?0?\d{0,2}[,_]?(?:\.\d{1,2})?[bcdeEfFgGnosxX%]?$")
+_OPTIONAL_RE = recache.compile(r"\[\?([A-Za-z][A-Za-z0-9_.]*): ([^\[\]]*)\]")
+_BRACE_RE = recache.compile(r"[{}]")
 
 FUNCTIONS: dict[str, FunctionSpec] = {
     "defined": FunctionSpec(1, 1),
@@ -368,7 +368,7 @@ def load_rule(path: str, content: bytes | str, builtin: bool = False, cache: boo
     trees = FileTrees(text if cache else None)  # this file's parsed conditions, kept with its parsed TOML
     lets: list[tuple[str, Condition]] = []
     for lname, expr in (data.get("let") or {}).items():
-        if not isinstance(expr, str) or not re.match(r"^[a-z][a-z0-9_]*$", lname) or lname in names:
+        if not isinstance(expr, str) or not recache.compile(r"^[a-z][a-z0-9_]*$").match(lname) or lname in names:
             raise RuleLoadError(f"{where}: [let] {lname} must be a new lower-case name with an expression string")
         lets.append((lname, _parse(where, f"let.{lname}", expr, names, trees)))
         names.add(lname)

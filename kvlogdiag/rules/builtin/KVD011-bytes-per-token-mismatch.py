@@ -7,9 +7,9 @@ and every sentence of the finding are in the rule's TOML.
 
 from __future__ import annotations
 
-import re
 from typing import Any, Callable, Mapping
 
+from kvlogdiag import recache
 from kvlogdiag.derive.architecture import expected_kv, explain_mismatch, lookup_model
 from kvlogdiag.extract.facts import LogFacts
 
@@ -63,5 +63,5 @@ def provide(facts: LogFacts, analysis: dict, ctx: Mapping[str, Any], put: Callab
     if cause and cause.startswith("measured ") and "(ratio " in cause:
         # drop explain_mismatch's "measured X vs expected Y (ratio r)" prefix: the rule prints the figures
         cause = cause.split(")", 1)[1].lstrip(" :") or cause
-        cause = re.sub(r"^≈ [^:]*: ", "", cause)
+        cause = recache.compile(r"^≈ [^:]*: ").sub("", cause)
     put("bpt_mismatch_cause", cause)

@@ -7,9 +7,9 @@ For each spread the provider gives the percentage and both ends: value, rank and
 
 from __future__ import annotations
 
-import re
 from typing import Any, Callable, Mapping
 
+from kvlogdiag import recache
 from kvlogdiag.extract.facts import Fact, LogFacts
 
 CODE = "KVD018"
@@ -44,7 +44,7 @@ NAMES = {
     "run_bpt_hi_lines": "memory/tokens lines of the largest pairing, as 'M/T'",
 }
 
-_PP_STAGE = re.compile(r"(?:^|[_ (])PP(\d+)")
+_PP_STAGE = recache.compile(r"(?:^|[_ (])PP(\d+)")
 
 
 def _pp_stage(rank: str | None) -> int | None:
