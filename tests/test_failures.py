@@ -21,7 +21,7 @@ from kvlogdiag.extract.failures import MAX_ECHOES, WINDOW, StartupTracker
 from kvlogdiag.input.reader import detect_hard_wrap, iter_lines, make_line, open_input, unwrap_lines
 
 DATA = Path(__file__).parent / "data"
-CASES = [p for d in ("failures", "failures_heldout", "failures_heldout2", "failures_heldout3", "failures_heldout4", "failures_heldout5", "failures_heldout6", "failures_heldout7", "failures_heldout8", "failures_heldout9", "failures_heldout10", "failures_heldout11", "failures_heldout12", "failures_heldout13", "failures_heldout14", "failures_heldout15", "failures_heldout16", "failures_heldout17", "failures_heldout18", "failures_heldout19", "failures_heldout20", "failures_heldout21", "failures_heldout22", "failures_heldout23", "failures_heldout24", "failures_heldout25", "failures_heldout26", "failures_heldout27", "failures_heldout28", "failures_heldout29", "failures_heldout30") for p in sorted((DATA / d).glob("*.json"))]
+CASES = [p for d in ("failures", "failures_heldout", "failures_heldout2", "failures_heldout3", "failures_heldout4", "failures_heldout5", "failures_heldout6", "failures_heldout7", "failures_heldout8", "failures_heldout9", "failures_heldout10", "failures_heldout11", "failures_heldout12", "failures_heldout13", "failures_heldout14", "failures_heldout15", "failures_heldout16", "failures_heldout17", "failures_heldout18", "failures_heldout19", "failures_heldout20", "failures_heldout21", "failures_heldout22", "failures_heldout23", "failures_heldout24", "failures_heldout25", "failures_heldout26", "failures_heldout27", "failures_heldout28", "failures_heldout29", "failures_heldout30", "failures_heldout31", "failures_heldout32") for p in sorted((DATA / d).glob("*.json"))]
 
 
 def run(lines, keep=None) -> dict:
@@ -237,7 +237,35 @@ KNOWN_MISSES = {
     "r30_12_ascend_v0221rc1_910b4_bge_m3_started_curl_request_encoder_attention_npu_fusion_attention_crash",
     "r30_19_ascend_v0110rc1_qwen3_next_80b_graph_mode_gdn_attention_assert_attn_metadata_dict",
     "r30_24_vllm_windows_fork_cuda132_vllm_serve_cudagetdevicecount_cudaerrornotsupported_older_driver_warning",
-    "r30_25_ascend_early_v0_ray_remote_node_rayworkerwrapper_init_device_rtsetdevice_device_retain_error_507033"}
+    "r30_25_ascend_early_v0_ray_remote_node_rayworkerwrapper_init_device_rtsetdevice_device_retain_error_507033",
+    # rounds 31-32 (session 7), blind first passes on every session-7 change, not tuned on: kept as measured
+    # (docs/failures.md "Rounds 31-32"): errors quoted in prose without an exception head the tracker trusts (a
+    # tokenizer mode, a processor's "multiple values", an InternVL config attribute, triton's fp8e4nv), vendor runtime
+    # codes classed unknown (Ascend ACL stream synchronize 5070xx), labelers' model against the catalogue's arch
+    # (MiniCPM-V "only supports versions", the registry's inspection error), and Xinference's relay of an unpicklable
+    # error reported over the ValidationError below it (the one wrong cause)
+    "r31_05_v0161rc1_dev_transformers5_serve_qwen35_122b_tp8_worker_failed_rmsnormgated_no_activation",
+    "r31_12_v0191_gemma4_sm120_forced_flashinfer_backend_not_valid_head_size_not_supported",
+    "r31_13_v063post1_openai_api_server_deepseek_coder_v2_lite_awq_marlin_min_thread_k_128",
+    "r31_17_v07x_v0_mq_engine_gemma3_transformers_fallback_unrecognized_configuration_class",
+    "r31_18_v0130_serve_jais2_70b_enginecore_get_rope_unexpected_kwarg_rotary_dim",
+    "r31_19_v05x_internvl_chat_v15_comment_internvlchatconfig_no_num_attention_heads_quoted",
+    "r31_20_v08x_enginecore_qwen3_30b_a3b_gptq_safetensors_unable_to_mmap_cannot_allocate_memory",
+    "r31_21_v02x_2023_multi_user_host_weight_lock_tmp_permission_denied_errno_13",
+    "r31_23_pr_v011x_ray_2x8_tp16_enginecore_init_device_local_world_size_gt_visible_devices",
+    "r31_24_v011x_uv_serve_qwen3_next_80b_int4_tp2_kv_cache_fp8_type_fp8e4nv_not_supported_arch",
+    "r31_25_v06x_docker_qwen2_audio_registry_error_inspecting_model_architecture_subprocess_exit_1",
+    "r32_08_ascend_v0120rc1_two_a2_nodes_deepseek_v32_no_tokenizer_registered_for_tokenizer_mode_quoted",
+    "r32_10_glm_v_repo_vllm_serve_glm41v_9b_thinking_glm4vprocessor_multiple_values_tokenizer_quoted",
+    "r32_14_minicpm_v_cookbook_vllm01011_serve_minicpm_v_4_5_only_supports_versions_got_4_5_quoted",
+    "r32_15_minicpm_v_cookbook_vllm0101_conda_enginecore_minicpmv_new_only_supports_versions_got_4_5",
+    "r32_16_minicpm_v_repo_cookbook_vllm_install_minicpm_v_4_5_only_supports_versions_quoted_chinese",
+    "r32_17_minicpm_v_cookbook_vllm0100_minicpm_v_4_only_supports_versions_2_0_2_5_2_6_quoted",
+    "r32_19_ascend_deepseek_v32_dp_tp8_ep_worker_profile_run_acl_stream_synchronize_failed_507014",
+    "r32_20_ascend_llama4_scout_17b_16e_failed_to_start_worker_failed_acl_stream_synchronize_507034",
+    "r32_21_ascend_v092rc1_qwen3_235b_w8a8_ep_profile_run_acl_stream_synchronize_507018_enginecore_failed",
+    "r32_22_docext_docker_hosted_vllm_qwen25_vl_7b_awq_rtx4080_qwen2_5_vlprocessor_multiple_values_image_processor",
+    "r32_25_xinference_docker_vllm_qwen25_vl_7b_n_gpu_3_vllmconfig_attention_heads_28_not_divisible_by_tp_3"}
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.xfail(strict=True, reason="known miss"))

@@ -31,8 +31,8 @@ from pathlib import Path
 
 import pytest
 
-from kvlogdiag.extract.bounded import KEEP, FactColumn, tuple_second
 from kvlogdiag.extract import stats_batch
+from kvlogdiag.extract.bounded import KEEP, FactColumn, tuple_second
 from kvlogdiag.extract.facts import Fact
 from kvlogdiag.input import reader
 from kvlogdiag.pipeline import Analyzer
