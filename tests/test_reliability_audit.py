@@ -76,3 +76,36 @@ def test_report_output_is_created_with_the_umask_and_keeps_an_existing_mode(tmp_
     assert p.returncode == 0, p.stderr.decode()[-2000:]
     assert stat.S_IMODE(out.stat().st_mode) == 0o640 and out.read_text().startswith("## kvlogdiag report")
     assert sorted(x.name for x in tmp_path.iterdir()) == ["r.md"]  # no temp file left behind
+
+
+ARGS = ("(APIServer pid=7366) INFO 11-29 09:00:01 [utils.py:253] non-default args: {'model': 'Qwen/Qwen3-32B', "
+        "'max_model_len': 32768, 'tensor_parallel_size': 2, 'gpu_memory_utilization': 0.92, 'max_num_seqs': 256}")
+CHUNKED = "(APIServer pid=7366) INFO 11-29 09:00:11 [scheduler.py:216] Chunked prefill is enabled with max_num_batched_tokens=8192."
+
+
+@pytest.mark.parametrize("digits", [ARABIC, FULLWIDTH], ids=["arabic-indic", "fullwidth"])
+def test_config_values_in_non_ascii_digits_are_not_figures(digits):
+    def tr(s: str) -> str:
+        return "".join(digits.get(c, c) for c in s)
+
+    damaged = tr(ARGS.split("non-default args: ", 1)[1])
+    text = ARGS.split("non-default args: ", 1)[0] + "non-default args: " + damaged
+    chunked = CHUNKED.replace("8192", tr("8192"))
+    cfg = _analyse((text + "\n" + chunked + "\n").encode()).config
+    assert cfg["max_model_len"] is None and cfg["tensor_parallel_size"] is None and cfg["max_num_seqs"] is None
+    assert cfg["gpu_memory_utilization"] is None and cfg["max_num_batched_tokens"] is None
+
+
+def test_config_values_in_ascii_digits_still_are_beside_non_ascii_text():
+    text = ARGS.replace("Qwen/Qwen3-32B", "/模型/Qwen3-32B")
+    cfg = _analyse((text + "\n" + CHUNKED + "\n").encode()).config
+    assert (cfg["max_model_len"], cfg["tensor_parallel_size"], cfg["max_num_seqs"]) == (32768, 2, 256)
+    assert cfg["gpu_memory_utilization"] == 0.92 and cfg["max_num_batched_tokens"] == 8192
+    assert cfg["model"] == "/模型/Qwen3-32B"
+
+
+@pytest.mark.parametrize("raw", ["٣٢٧٦٨", "３２７６８", "०.९२"])
+def test_a_repr_number_in_non_ascii_digits_is_no_number(raw):
+    from kvlogdiag.extract.pyrepr import parse_repr, scalar
+    assert scalar(raw) is None and parse_repr("{'max_model_len': " + raw + "}") == {"max_model_len": None}
+    assert scalar("32768") == 32768 and parse_repr("{'max_model_len': 32768}") == {"max_model_len": 32768}

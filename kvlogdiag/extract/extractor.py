@@ -157,6 +157,10 @@ def _stats_search(rx: re.Pattern, text: str) -> re.Match | None:
 # quoted repr is text a client sent or the model wrote: a catalogue keyword in it ("Model", "must be", "CUDA") is no
 # fact, and searching a 1-2 KB prompt for ~200 keywords and the launch-command forms cost ~0.3-0.5 ms a line. Only
 # the extractor skips such a line: the start-up tracker (a request means the server was up) and user rules see it.
+# a decimal digit other than 0-9 (Arabic-Indic ٣, fullwidth ３, Devanagari ३ …: Unicode category Nd): `re`'s \d matches it
+# and int()/float() read it, but vLLM formats every number with ASCII digits, so such a line is damage (a mis-decoded
+# paste, a re-encoded excerpt) whose figures would be wrong, not a line to read facts from
+_FOREIGN_DIGIT = re.compile(r"(?![0-9])\d")
 _REQUEST_LOG = recache.compile(
     r"(?:INFO|DEBUG) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w.-]+:\d+\] "
     r"(?:Received request \S+: prompt: |Request \S+ details: prompt: |Generated response \S+: output: )['\"]")
@@ -272,6 +276,8 @@ class Extractor:
         if ("d request " in text or "Generated response " in text or "details: prompt: " in text) \
                 and _REQUEST_LOG.match(text) and not self._block.open:
             return  # the rest of the line is a client's prompt or the model's output: nothing vLLM configured
+        if not text.isascii() and _FOREIGN_DIGIT.search(text):
+            return  # the start-up tracker and the user rules (above) still see it
         seen: set[str] = set()
         matched: set[str] = set()
         for km in self._kw_re.finditer(text):

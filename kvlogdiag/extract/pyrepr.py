@@ -211,6 +211,8 @@ class _Parser:
             j += 1
         tok = s[i:j]
         self.i = j
+        if not tok.isascii():
+            return None  # int()/float() read non-ASCII digits (٣٢, ３２); vLLM prints ASCII ones: damage, no figure
         for conv in (int, float):
             try:
                 return conv(tok)
@@ -465,6 +467,13 @@ def scalar(raw: str) -> Any:
         return t == "True"
     if t == "None":
         return None
+    if not t.isascii():
+        try:
+            float(t)
+        except ValueError:
+            pass
+        else:
+            return None  # a number in non-ASCII digits (٣٢٧٦٨): damage, not a figure (vLLM prints ASCII digits)
     try:
         return int(t)
     except ValueError:
