@@ -168,6 +168,18 @@ def test_a_state_that_is_not_a_regular_file_is_refused(tmp_path, logs, kind):
     assert str(state) in one_line_error(p)
 
 
+def test_a_state_larger_than_its_bound_is_refused_before_it_is_read(tmp_path, logs):
+    from kvlogdiag.modes.scan import MAX_STATE_BYTES
+    state = tmp_path / "state.json"
+    with open(state, "wb") as fh:
+        fh.truncate(MAX_STATE_BYTES + 1)  # sparse: no disk, and refused by its size before a byte is read
+    p = kvlogdiag("scan", str(logs), "--state", str(state))
+    assert p.returncode == ExitCode.ERROR
+    err = one_line_error(p)
+    assert str(state) in err and "larger than" in err
+    assert state.stat().st_size == MAX_STATE_BYTES + 1  # the refused file is left as it was
+
+
 @pytest.mark.parametrize("edit,why", [
     (lambda d: d["files"].update({k: 5 for k in d["files"]}), "must be an object"),
     (lambda d: [r.update(size="big") for r in d["files"].values()], ".size must be an integer"),
