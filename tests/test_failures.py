@@ -264,8 +264,7 @@ KNOWN_MISSES = {
     "r32_19_ascend_deepseek_v32_dp_tp8_ep_worker_profile_run_acl_stream_synchronize_failed_507014",
     "r32_20_ascend_llama4_scout_17b_16e_failed_to_start_worker_failed_acl_stream_synchronize_507034",
     "r32_21_ascend_v092rc1_qwen3_235b_w8a8_ep_profile_run_acl_stream_synchronize_507018_enginecore_failed",
-    "r32_22_docext_docker_hosted_vllm_qwen25_vl_7b_awq_rtx4080_qwen2_5_vlprocessor_multiple_values_image_processor",
-    "r32_25_xinference_docker_vllm_qwen25_vl_7b_n_gpu_3_vllmconfig_attention_heads_28_not_divisible_by_tp_3"}
+    "r32_22_docext_docker_hosted_vllm_qwen25_vl_7b_awq_rtx4080_qwen2_5_vlprocessor_multiple_values_image_processor"}
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.xfail(strict=True, reason="known miss"))
@@ -694,6 +693,24 @@ def test_class_hints_for_uncatalogued_messages():
     assert run(["AssertionError: 250682 is not divisible by 8"])["cause_class"] == "parallel"
     assert run(["`AssertionError: Speculative decoding is not supported with Ray.`"])["cause_class"] == "config"
     assert run(["ValueError: Currently, MiniCPMV only supports versions 2.0, 2.5, and 2.6"])["cause_class"] == "arch"
+
+
+def test_a_wrapper_relaying_a_validation_error_gives_the_item_as_the_cause():
+    relay = ("xoscar.serialization.exception.UnpickleableError: [address=0.0.0.0:46207, pid=1838] Error cannot be pickled, "
+             "error type: <class 'pydantic_core._pydantic_core.ValidationError'>, raw error:")
+    item = ("  Value error, Total number of attention heads (28) must be divisible by tensor parallel size (3). "
+            "[type=value_error, input_value=ArgsKwargs((), {}), input_type=ArgsKwargs]")
+    r = run(["Traceback (most recent call last):", '  File "/x/vllm/engine/arg_utils.py", line 1286, in create_engine_config',
+             relay, "1 validation error for VllmConfig", item])
+    assert r["cause_line"] == 5 and r["cause_text"].startswith("Total number of attention heads")
+    # classed as the same item under pydantic's own exception line is
+    plain = run(["Traceback (most recent call last):",
+                 "pydantic_core._pydantic_core.ValidationError: 1 validation error for VllmConfig", item])
+    assert plain["cause_line"] == 3 and r["cause_class"] == plain["cause_class"] == "parallel"
+    assert r["details"]["relayed_by"].startswith("xoscar.serialization.exception.UnpickleableError")
+    # an exception ending in a colon that relays no ValidationError keeps its own line
+    other = run(["Traceback (most recent call last):", "RuntimeError: worker failed:", "1 validation error for VllmConfig", item])
+    assert other["cause_line"] == 2
 
 
 @pytest.mark.parametrize("line, cls", [

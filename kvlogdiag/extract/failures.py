@@ -387,6 +387,8 @@ class StartupTracker:
         self._refine_until = 0  # a wrapper cause (NCCL's "unhandled cuda error") the next lines may state more exactly
         self._bare: _Candidate | None = None  # an exception line without any log evidence (a one-line paste)
         self._relayed: _Candidate | None = None  # the worker's message as vLLM's executor relays it
+        # (the wrapper cause, the line of the pydantic header after it, process, config class)
+        self._wrapped_validation: tuple[_Candidate, int, str | None, str] | None = None
         self._device_warning: tuple[int, str] | None = None  # torch's device probe warning (line, text)
         self._hma_off: tuple[int, str] | None = None  # vLLM turning the hybrid KV cache manager off (line, text)
         self._native: tuple[int, str | None, str, str, str | None] | None = None  # a native ERROR record (line, rank, raw, message, process)
@@ -635,6 +637,21 @@ class StartupTracker:
         if vm:
             self._validation[proc] = vm.group("config")
         c0 = self.cause
+        if vm and c0 is not None and c0.line == line.number - 1 and c0.process == proc and c0.text.rstrip().endswith(":") \
+                and "ValidationError" in c0.text:
+            # a wrapper's exception whose message goes on with a ValidationError's own str() (xoscar's
+            # UnpickleableError "… error type: <class '…ValidationError'>, raw error:" and then pydantic's block):
+            # the item under the header is the cause, the wrapper the one that relayed it
+            self._wrapped_validation = (c0, line.number, proc, vm.group("config"))
+            return
+        wv = self._wrapped_validation
+        if wv is not None and line.number == wv[1] + 1 and proc == wv[2] and self.cause is wv[0]:
+            self._wrapped_validation = None
+            im = _PYDANTIC_ITEM.match(body_s)
+            if im:
+                self._set_cause(line, proc, (im.group("value_error") or im.group("item")).strip(), None, "ValidationError",
+                                "config", {"config_class": wv[3], "relayed_by": wv[0].text[:200]}, tb)
+                return
         if c0 is not None and c0.line == line.number - 1 and c0.process == proc and _VALIDATION.search(c0.text):
             # "vllm serve: error: argument --x: 1 validation error for CompilationConfig" and, on the next
             # line, the item pydantic says is wrong: the item is what the operator must correct
