@@ -217,7 +217,6 @@ KNOWN_MISSES = {
     "r28_06_aphrodite_fork_v060_kaggle_tp2_uvicorn_bind_errno_98_port_2242_in_use",
     "r28_09_dynamo_051_vllm_disagg_tp_workers_nixl_agent_live_probe_503_cause_not_stored",
     "r28_12_ascend_v0150rc1_server_mooncake_connector_importerror_ascend_transport_so",
-    "r28_13_ascend_v085rc1_container_own_editable_build_camem_libvllm_ascend_kernels_missing",
     "r28_15_vllm_omni_align_branch_apiserver_stage_config_pydantic_list_type_none_orchestrator_crashed",
     "r28_18_pytorch_tracker_vllm054_torch240_multiproc_worker_init_device_cannot_reinit_cuda_forked",
     "r28_19_ipex_llm_serving_xpu_wsl2_arc_a770_qwen25_7b_sym_int4_xpu_oom_tried_1_02gib",
@@ -245,14 +244,10 @@ KNOWN_MISSES = {
     # (MiniCPM-V "only supports versions", the registry's inspection error), and Xinference's relay of an unpicklable
     # error reported over the ValidationError below it (the one wrong cause)
     "r31_05_v0161rc1_dev_transformers5_serve_qwen35_122b_tp8_worker_failed_rmsnormgated_no_activation",
-    "r31_12_v0191_gemma4_sm120_forced_flashinfer_backend_not_valid_head_size_not_supported",
-    "r31_13_v063post1_openai_api_server_deepseek_coder_v2_lite_awq_marlin_min_thread_k_128",
     "r31_17_v07x_v0_mq_engine_gemma3_transformers_fallback_unrecognized_configuration_class",
     "r31_18_v0130_serve_jais2_70b_enginecore_get_rope_unexpected_kwarg_rotary_dim",
     "r31_19_v05x_internvl_chat_v15_comment_internvlchatconfig_no_num_attention_heads_quoted",
-    "r31_20_v08x_enginecore_qwen3_30b_a3b_gptq_safetensors_unable_to_mmap_cannot_allocate_memory",
     "r31_21_v02x_2023_multi_user_host_weight_lock_tmp_permission_denied_errno_13",
-    "r31_23_pr_v011x_ray_2x8_tp16_enginecore_init_device_local_world_size_gt_visible_devices",
     "r31_24_v011x_uv_serve_qwen3_next_80b_int4_tp2_kv_cache_fp8_type_fp8e4nv_not_supported_arch",
     "r31_25_v06x_docker_qwen2_audio_registry_error_inspecting_model_architecture_subprocess_exit_1",
     "r32_08_ascend_v0120rc1_two_a2_nodes_deepseek_v32_no_tokenizer_registered_for_tokenizer_mode_quoted",
@@ -260,11 +255,7 @@ KNOWN_MISSES = {
     "r32_14_minicpm_v_cookbook_vllm01011_serve_minicpm_v_4_5_only_supports_versions_got_4_5_quoted",
     "r32_15_minicpm_v_cookbook_vllm0101_conda_enginecore_minicpmv_new_only_supports_versions_got_4_5",
     "r32_16_minicpm_v_repo_cookbook_vllm_install_minicpm_v_4_5_only_supports_versions_quoted_chinese",
-    "r32_17_minicpm_v_cookbook_vllm0100_minicpm_v_4_only_supports_versions_2_0_2_5_2_6_quoted",
-    "r32_19_ascend_deepseek_v32_dp_tp8_ep_worker_profile_run_acl_stream_synchronize_failed_507014",
-    "r32_20_ascend_llama4_scout_17b_16e_failed_to_start_worker_failed_acl_stream_synchronize_507034",
-    "r32_21_ascend_v092rc1_qwen3_235b_w8a8_ep_profile_run_acl_stream_synchronize_507018_enginecore_failed",
-    "r32_22_docext_docker_hosted_vllm_qwen25_vl_7b_awq_rtx4080_qwen2_5_vlprocessor_multiple_values_image_processor"}
+    "r32_17_minicpm_v_cookbook_vllm0100_minicpm_v_4_only_supports_versions_2_0_2_5_2_6_quoted"}
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.xfail(strict=True, reason="known miss"))

@@ -1,0 +1,54 @@
+"""Session 8: the classes of start-up causes follow the published class definitions (docs/failures.md
+"Classes: what each one means"), and the causes stated in prose or vendor records are read — on
+format-exact lines of the libraries that print them, with near misses that must stay as they were.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kvlogdiag.catalogue.failures import prefilter_keywords
+from kvlogdiag.extract.failures import StartupTracker
+from kvlogdiag.input.reader import make_line
+
+KW = [k.encode() for k in prefilter_keywords()]
+
+
+def run(lines: list[str], keep: list[bytes] | None = None) -> dict:
+    t = StartupTracker()
+    for i, text in enumerate(lines, 1):
+        b = text.encode()
+        if b and (keep is None or any(k in b for k in keep)):
+            t.feed(make_line(i, b))
+    return t.result()
+
+
+@pytest.mark.parametrize("line, cls", [
+    # torch_npu's copy synchronising the stream: an earlier NPU kernel's error code (definition: kernel)
+    ("RuntimeError: ACL stream synchronize failed, error code:507014", "kernel"),
+    # a compiled operator library missing (vLLM-Ascend's camem importing vllm_ascend_C): kernel, not driver
+    ("2025-06-07T08:10:41.790Z ERROR camem: Failed to import vllm_ascend_C:libvllm_ascend_kernels.so: cannot open "
+     "shared object file: No such file or directory", "kernel"),
+    # ... while the runtime's own libraries stay driver
+    ("ImportError: libcudart.so.12: cannot open shared object file: No such file or directory", "driver"),
+    ("ImportError: libtorch_npu.so: cannot open shared object file: No such file or directory", "driver"),
+    # ENOMEM mapping a checkpoint: host memory, not the model's files
+    ("RuntimeError: unable to mmap 16933256392 bytes from file </m/model.safetensors>: Cannot allocate memory (12)", "memory"),
+    ("OSError: [Errno 12] Cannot allocate memory", "memory"),
+    # V1's worker: more local ranks than visible devices
+    ("AssertionError: local_world_size (16) must be less than or equal to the number of visible devices (8).", "devices"),
+    # a forced attention backend the platform refuses for this model: a vLLM argument
+    ("ValueError: Selected backend AttentionBackendEnum.FLASHINFER is not valid for this configuration. "
+     "Reason: ['head_size not supported']", "config"),
+    # Marlin's tile: the quantization method (its message also names tensor_parallel_size)
+    ("ValueError: Weight input_size_per_partition = 10944 is not divisible by min_thread_k = 128. Consider reducing "
+     "tensor_parallel_size or running with --quantization gptq.", "quant"),
+    # the checkpoint's multimodal processor called as another transformers release does
+    ("TypeError: Qwen2_5_VLProcessor.__init__() got multiple values for argument 'image_processor'", "model"),
+    # near misses: another ACL call's code, a safetensors file that is corrupt (not ENOMEM), a backend refused elsewhere
+    ("RuntimeError: ACL stream create failed, error code:507033", "unknown"),
+    ("safetensors_rust.SafetensorError: Error while deserializing header: HeaderTooLarge", "model"),
+    ("TypeError: Foo.__init__() got multiple values for argument 'x'", "unknown"),
+])
+def test_classes_follow_the_definitions(line, cls):
+    assert run([line])["cause_class"] == cls
