@@ -52,3 +52,27 @@ def run(lines: list[str], keep: list[bytes] | None = None) -> dict:
 ])
 def test_classes_follow_the_definitions(line, cls):
     assert run([line])["cause_class"] == cls
+
+
+@pytest.mark.parametrize("lines, cls", [
+    # torch's lazy init in a forked child: the multiprocessing start method (launch environment), not the devices
+    (["RuntimeError: Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, you must use the "
+      "'spawn' start method"], "config"),
+    # ... while torch/cuda's own device errors keep the library's class
+    (["RuntimeError: No CUDA GPUs are available"], "devices"),
+    # torch.ops.load_library failing inside torch_npu's ATB op plugin: an operator library that cannot be loaded
+    (["Traceback (most recent call last):",
+      '  File "/v/lib/python3.10/site-packages/torch_npu/op_plugin/atb/_atb_ops.py", line 86, in _register_atb_extensions',
+      "    torch.ops.load_library(path)",
+      '  File "/v/lib/python3.10/site-packages/torch/_ops.py", line 1444, in load_library',
+      '    raise OSError(f"Could not load this library: {path}") from e',
+      "OSError: [Errno None] "], "kernel"),
+])
+def test_class_hints_of_session_8(lines, cls):
+    assert run(lines)["cause_class"] == cls
+
+
+def test_registry_inspection_error_is_the_inspection_failure_not_an_unsupported_architecture():
+    r = run(["ERROR 10-23 23:20:26 registry.py:272] Error in inspecting model architecture 'LlamaForCausalLM'"])
+    assert r["cause_id"] == "architecture_inspection_failed" and r["cause_class"] == "model"
+    assert r["details"].get("architectures") == "LlamaForCausalLM"
