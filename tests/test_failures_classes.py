@@ -76,3 +76,49 @@ def test_registry_inspection_error_is_the_inspection_failure_not_an_unsupported_
     r = run(["ERROR 10-23 23:20:26 registry.py:272] Error in inspecting model architecture 'LlamaForCausalLM'"])
     assert r["cause_id"] == "architecture_inspection_failed" and r["cause_class"] == "model"
     assert r["details"].get("architectures") == "LlamaForCausalLM"
+
+
+@pytest.mark.parametrize("line, text, cls", [
+    # typographic double quotes around the pasted error, with the spaces an editor leaves inside them
+    ("It throws an error \u201c ValueError: No tokenizer registered for tokenizer_mode='deepseek_v32'\u201d.",
+     "ValueError: No tokenizer registered for tokenizer_mode='deepseek_v32'", "tokenizer"),
+    # CPython's argument-binding TypeError in a sentence, unquoted: it ends at the argument's closing quote
+    ("but i got TypeError: Glm4vProcessor.__init__() got multiple values for argument 'tokenizer', vllm transformers are "
+     "install like requirments.txt", "TypeError: Glm4vProcessor.__init__() got multiple values for argument 'tokenizer'",
+     "tokenizer"),
+    ("then TypeError: Foo.__init__() missing 2 required positional arguments: 'a' and 'b' appears",
+     "TypeError: Foo.__init__() missing 2 required positional arguments: 'a' and 'b'", "unknown"),
+    ("and AttributeError: 'Qwen2Config' object has no attribute 'rope_theta' is printed",
+     "AttributeError: 'Qwen2Config' object has no attribute 'rope_theta'", "model"),
+    # an exception's repr inside a sentence ends at the quote that closes the call
+    ("it's always same error - ValueError(\"type fp8e4nv not supported in this architecture. The supported fp8 dtypes are "
+     "('fp8e4b15', 'fp8e5')\"). Without KV cache quantization it works fine.",
+     "ValueError(\"type fp8e4nv not supported in this architecture. The supported fp8 dtypes are ('fp8e4b15', 'fp8e5')\")",
+     "dtype"),
+    # the interpreter's AttributeError text at the start of a pasted line, without its name
+    ("'InternVLChatConfig' object has no attribute 'num_attention_heads' same error",
+     "'InternVLChatConfig' object has no attribute 'num_attention_heads'", "model"),
+])
+def test_errors_quoted_in_prose_are_read_to_where_the_interpreter_ends_them(line, text, cls):
+    r = run([line])
+    assert r["failed"] and r["cause_text"] == text and r["cause_class"] == cls
+    assert r["details"].get("quoted_in_prose") == "yes" or r["exception"] == "AttributeError"
+
+
+@pytest.mark.parametrize("line", [
+    # prose naming an exception without a message the interpreter shapes, or with an unclosed quote / repr
+    "I think a TypeError: happens somewhere around the processor",
+    "There was a ValueError(\"type fp8e4nv not supported and the rest is cut",
+    "It throws an error \u201c ValueError: the quote is never closed",
+    # the attribute text inside a sentence (not leading it), without any exception name
+    "it said 'Foo' object has no attribute 'bar' somewhere",
+])
+def test_prose_without_a_complete_interpreter_message_is_no_cause(line):
+    r = run([line])
+    assert r["cause_line"] is None and not r["failed"]
+
+
+def test_a_log_line_wins_over_an_error_quoted_in_prose():
+    r = run(["but i got TypeError: Glm4vProcessor.__init__() got multiple values for argument 'tokenizer', then",
+             "ERROR 01-01 00:00:00 [core.py:1] ValueError: max_model_len is too large"])
+    assert r["cause_line"] == 2

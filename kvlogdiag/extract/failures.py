@@ -152,7 +152,9 @@ _MD_CLOSE = recache.compile(r"(?<=\S)[*_`]{1,3}$")
 # an exception inside backticks anywhere in a line of prose (or a wrapper's message), as text or repr
 _TICKED_EXC = recache.compile(r"`[^`]*?(?P<exc_text>(?<![\w.])(?P<name>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception))"
                               r"(?:: [^`]{8,}|\((?P<q>[\"'])[^`]{8,}(?P=q)\)))`")
-_DQUOTED_EXC = recache.compile(r'"(?P<exc_text>(?P<name>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): [^"]{8,})"')
+# ... or inside double quotes, ASCII or typographic (“ ValueError: … ”: the quotes an editor or a chat client types)
+_DQUOTED_EXC = recache.compile(r'(?:"(?P<exc_text>(?P<name>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): [^"]{8,})"'
+                               r'|\u201c\s*(?P<exc_text2>(?P<name2>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): [^\u201c\u201d"]{8,}?)\s*\u201d)')
 # a native runtime's own error line, named by its acronym ("MLX error: Failed to load the default metallib. …",
 # "HIP error: …"): the way C++ runtimes (MLX's mlx::core, CUDA/HIP checks, XLA) word an error without a Python name
 # an absl / XLA status ("RESOURCE_EXHAUSTED: Error loading program 'jit__multi_slice': …"): JAX and TPU runtimes' errors
@@ -266,6 +268,22 @@ _PROSE_EXC = recache.compile(r"(?<![\w.`'\"])(?P<exc_text>(?P<name>(?:[A-Za-z_]\
                              r"(?=\s*$|[,;:.)]| (?:in|of|for|from|at|during|when|while|on|after|before|and|but|with)\b)"
                              # and the rest of its clause ("… in transformers.CONFIG_MAPPING at vLLM worker startup")
                              r"(?: (?:in|of|for|from|at) [^,;\n]{1,160}?(?=[,;]|\.(?:\s|$)|$))?)")
+# CPython's own messages in a sentence, without quotes around them: their shape is fixed by the interpreter, so where
+# the message ends is known — the argument binding's TypeErrors (Python/ceval.c: "%U() got multiple values for argument
+# '%S'", "%U() got an unexpected keyword argument '%S'", "%U() missing %i required positional argument%s: %U", "%U()
+# takes %d positional argument%s but %d %s given") and attribute lookup's AttributeError (Objects/object.c: "'%.100s'
+# object has no attribute '%U'")
+_PROSE_CPYTHON = recache.compile(r"(?<![\w.`'\"])(?P<exc_text>(?P<name>TypeError|AttributeError): (?:"
+                                 r"[\w.]+\(\) got (?:multiple values for|an unexpected keyword) argument '\w+'"
+                                 r"|[\w.]+\(\) missing \d+ required (?:positional|keyword-only) arguments?: '\w+'(?:(?:, '\w+')*,? and '\w+')?"
+                                 r"|[\w.]+\(\) takes (?:from \d+ to )?\d+ positional arguments? but \d+ (?:was|were) given"
+                                 r"|'[\w.]+' object has no attribute '\w+'))(?![\w'])")
+# an exception's repr in a sentence (`… always same error - ValueError("type fp8e4nv not supported …")`): repr() of an
+# exception is its name and its args, so the message ends at the quote that closes the call
+_PROSE_REPR = recache.compile(r"(?<![\w.`'\"])(?P<exc_text>(?P<name>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception))"
+                              r"\((?P<q>['\"])(?=\S)[^\n]{8,400}?(?P=q)\))")
+# attribute lookup's AttributeError text at the start of a pasted line, without the exception's name
+_ATTR_LEAD = recache.compile(r"^'[\w.]+' object has no attribute '\w+'(?=\s|$|[,.;:])")
 # Python's ModuleNotFoundError text printed without its name (Ray printing a worker's deserialization error)
 _NO_MODULE = recache.compile(r"^No module named '[\w.]+'$")
 _RAISE = recache.compile(r"^raise (?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*)\(\s*f?(?P<rest>[\"\'].*)$")
@@ -723,12 +741,13 @@ class StartupTracker:
             self._set_cause(line, proc, text_c, None, exc, "unknown", {}, tb)
             if len(line.raw) >= 60:
                 self._join_from = line.number
-        elif em is None and self._bare is None and not code_line and level is None and ("`" in line.raw or '"' in line.raw) \
+        elif em is None and self._bare is None and not code_line and level is None \
+                and ("`" in line.raw or '"' in line.raw or "\u201c" in line.raw) \
                 and (tm := _TICKED_EXC.search(line.raw) or _DQUOTED_EXC.search(line.raw)) is not None:
             # an error a reporter quotes in a sentence ("I encounter `RuntimeError: No HIP GPUs are available`"):
             # the cause only if the log itself shows none
-            inner = tm.group("exc_text")
-            self._bare = self._candidate(line, proc, inner, self.cat.match(inner), tm.group("name"), "unknown",
+            inner = tm.group("exc_text") or tm.group("exc_text2")
+            self._bare = self._candidate(line, proc, inner, self.cat.match(inner), tm.group("name") or tm.group("name2"), "unknown",
                                          {"quoted_in_prose": "yes"}, None)
         elif em is None and self._bare is None and not code_line and level in (None, "ERROR", "CRITICAL") and death is None \
                 and "[address=" in body_s and (xm := _XOSCAR.search(body_s)) is not None:
@@ -737,11 +756,18 @@ class StartupTracker:
             msg_x = _unquote(xm.group("msg").strip())
             self._bare = self._candidate(line, proc, msg_x, self.cat.match(msg_x), None, "unknown",
                                          {"relayed_by": f"xoscar actor at {xm.group('address')} pid={xm.group('pid')}"}, None)
+        elif em is None and self._bare is None and not code_line and level is None and not prefixed and tb is None \
+                and body_s[:1] == "'" and (am := _ATTR_LEAD.match(body_s)) is not None:
+            # "'InternVLChatConfig' object has no attribute 'num_attention_heads' same error": the interpreter's
+            # AttributeError text pasted without its name, the cause only if nothing better shows
+            self._bare = self._candidate(line, proc, am.group(0), self.cat.match(am.group(0)), "AttributeError", "unknown",
+                                         {"quoted_in_prose": "yes"}, None)
         elif em is None and self._bare is None and not code_line and level in (None, "ERROR") and death is None \
                 and body_s[:17] == "No module named '" and _NO_MODULE.match(body_s):
             self._bare = self._candidate(line, proc, body_s, self.cat.match(body_s), "ModuleNotFoundError", "unknown", {}, None)
         elif em is None and self._bare is None and not code_line and level is None and not prefixed \
-                and ("Error: " in body_s or "Exception: " in body_s) and (pm2 := _PROSE_EXC.search(body_s)):
+                and ("Error: " in body_s or "Exception: " in body_s or "Error(" in body_s or "Exception(" in body_s) \
+                and (pm2 := _PROSE_EXC.search(body_s) or _PROSE_CPYTHON.search(body_s) or _PROSE_REPR.search(body_s)):
             inner = pm2.group("exc_text")
             self._bare = self._candidate(line, proc, inner, self.cat.match(inner), pm2.group("name"), "unknown",
                                          {"quoted_in_prose": "yes"}, None)
