@@ -220,7 +220,6 @@ KNOWN_MISSES = {
     "r28_09_dynamo_051_vllm_disagg_tp_workers_nixl_agent_live_probe_503_cause_not_stored",
     "r28_12_ascend_v0150rc1_server_mooncake_connector_importerror_ascend_transport_so",
     "r28_15_vllm_omni_align_branch_apiserver_stage_config_pydantic_list_type_none_orchestrator_crashed",
-    "r28_18_pytorch_tracker_vllm054_torch240_multiproc_worker_init_device_cannot_reinit_cuda_forked",
     "r28_19_ipex_llm_serving_xpu_wsl2_arc_a770_qwen25_7b_sym_int4_xpu_oom_tried_1_02gib",
     "r28_20_llm_d_deployer_baremetal_k8s_decode_pod_crashloop_no_nvidia_runtime_unspecified_platform",
     "r28_23_lmcache_038_with_vllm_0110_connector_import_no_module_vllm_utils_torch_utils",

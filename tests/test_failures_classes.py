@@ -122,3 +122,31 @@ def test_a_log_line_wins_over_an_error_quoted_in_prose():
     r = run(["but i got TypeError: Glm4vProcessor.__init__() got multiple values for argument 'tokenizer', then",
              "ERROR 01-01 00:00:00 [core.py:1] ValueError: max_model_len is too large"])
     assert r["cause_line"] == 2
+
+
+def test_v05_worker_exception_record_relays_the_message_when_the_traceback_is_cut():
+    # vLLM 0.5.5 executor/multiproc_worker_utils.py:226-228: "Exception in worker %s while processing method %s: %s, %s"
+    p = "(VllmWorkerProcess pid=307) ERROR 01-19 03:55:24 multiproc_worker_utils.py:233] "
+    r = run([p + "Exception in worker VllmWorkerProcess while processing method init_device: Cannot re-initialize CUDA in "
+                 "forked subprocess. To use CUDA with multiprocessing, you must use the 'spawn' start method, Traceback "
+                 "(most recent call last):",
+             p + '  File "/x/vllm/worker/worker.py", line 166, in init_device',
+             p + "    torch.cuda.set_device(self.device)"])
+    assert r["cause_line"] == 1 and r["cause_text"].startswith("Cannot re-initialize CUDA in forked subprocess.")
+    assert r["cause_text"].endswith("'spawn' start method") and r["cause_class"] == "config"
+    # 0.6's wording carries no message: nothing to relay, the cut traceback is said
+    r = run([p + "Exception in worker VllmWorkerProcess while processing method init_device.",
+             p + "Traceback (most recent call last):", p + '  File "/x/vllm/worker/worker.py", line 166, in init_device'])
+    assert r["cause_line"] is None and r["failed"]
+
+
+def test_a_relayed_message_that_is_itself_quoted_keeps_its_quotes():
+    r = run(["RuntimeError: Worker failed with error ''RMSNormGated' object has no attribute 'activation''"])
+    assert r["cause_text"] == "'RMSNormGated' object has no attribute 'activation'"
+
+
+def test_an_exception_right_after_cjk_text_starts_the_pasted_line():
+    r = run(["，报错ValueError: Currently, MiniCPMV only supports versions 2.0, 2.5, 2.6, 4.0. Got version: (4, 5),是不是没来得及更新"])
+    assert r["failed"] and r["cause_text"].startswith("ValueError: Currently, MiniCPMV only supports versions")
+    # Latin text glued to an exception name is not a lead
+    assert run(["fooValueError: something is wrong here"])["cause_line"] is None

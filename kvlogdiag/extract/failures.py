@@ -143,7 +143,10 @@ _LEAD = recache.compile(r"^(?:[^\s:：]{1,12}[:：]\s*|\d{1,2}[.)]\s+|\d{4}-\d\d
                         r"(?=(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)\b)")
 # a sentence in CJK that introduces the pasted error with a full-width colon ("…跑deepseek v3.2，报错：AssertionError: …"):
 # the colon (U+FF1A) is the writer's quotation mark, the exception line starts after it
-_CJK_LEAD = recache.compile(r"^[^\n：]{1,300}?[\u3000-\u30ff\u4e00-\u9fff\uff00-\uffef]：\s*(?=(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception): \S)")
+# — or with nothing at all: CJK text has no spaces between words, so an exception name right after a CJK character
+# ("，报错ValueError: Currently, MiniCPMV only supports …") starts the pasted line as a colon would
+_CJK_LEAD = recache.compile(r"^[^\n：]{0,300}?[\u3000-\u30ff\u4e00-\u9fff\uff00-\uffef](?:：\s*)?(?=(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception): \S)")
+_CJK_CHAR = recache.compile(r"[\u3000-\u30ff\u4e00-\u9fff\uff00-\uffef]")
 # NCCL's wrapper errors that state a CUDA / system failure on the lines after them ("Last error: ...")
 _WRAPPER = recache.compile(r"unhandled cuda error|ncclUnhandledCudaError|unhandled system error|ncclSystemError")
 # a reporter's Markdown emphasis around a pasted line (**_ValueError: ..._**, `ValueError: ...`)
@@ -250,7 +253,14 @@ NATIVE_LINES = 6  # how far above the wrapper's message the native record may be
 # positive (0.11.2 v1/worker/gpu_worker.py:360, v1/core/kv_cache_utils.py:685-690): with the traceback cut, the
 # logged figure is the cause
 _KV_NONPOSITIVE = recache.compile(r"Available KV cache memory: (?P<gib>-\d+(?:\.\d+)?|0(?:\.0+)?) GiB")
-_RELAYED = recache.compile(r"""Worker failed with error (?:'(?P<a>[^\n]*?)', please check|'(?P<c>[^'\n]{8,400})'(?=`|\s*$)|%s, please check[^'"]{0,80}', (?P<q>["'])(?P<b>[^\n]*)(?P=q)\))""")
+# (a message that is itself quoted, "Worker failed with error ''RMSNormGated' object has no attribute 'activation''": str(e)
+# of an AttributeError keeps its quotes, the relay's closing quote is the line's last; V0.5's multiproc worker logged
+# "Exception in worker %s while processing method %s: %s, %s" with str(e) and the formatted traceback, 0.5.5
+# executor/multiproc_worker_utils.py:226-228)
+_RELAYED = recache.compile(r"""Worker failed with error (?:'(?P<a>[^\n]*?)', please check|'(?P<c>[^'\n]{8,400})'(?=`|\s*$)"""
+                           r"""|'(?P<e>'[^\n]{8,400}')'\s*$"""
+                           r"""|%s, please check[^'"]{0,80}', (?P<q>["'])(?P<b>[^\n]*)(?P=q)\))"""
+                           r"""|Exception in worker \S+ while processing method \w+: (?P<d>\S[^\n]{7,}?),?\s*(?:Traceback \(most recent call last\):)?$""")
 
 _WARNING_EXC = recache.compile(r"Warning$")
 # a string literal of a raise statement's message, as a traceback prints the source ("raise X(\"...\" ")
@@ -535,7 +545,8 @@ class StartupTracker:
             lead = _LEAD.match(body_s)
             if lead:
                 body_s = body_s[lead.end():]
-            elif level is None and "：" in body_s and (lead := _CJK_LEAD.match(body_s)):
+            elif level is None and ("：" in body_s or ("Error: " in body_s or "Exception: " in body_s)
+                                    and _CJK_CHAR.search(body_s, 0, 302)) and (lead := _CJK_LEAD.match(body_s)):
                 body_s = body_s[lead.end():]
         if len(body_s) > 300 and 'File "' in body_s[:2000]:
             starts = [m.start(1) for m in _INLINE_EXC.finditer(body_s)]
@@ -705,7 +716,7 @@ class StartupTracker:
             if rm and self._relayed is None:
                 # vLLM's executor relays the failing worker's exception text ("Worker failed with error '<msg>'";
                 # 0.8.x printed it as a tuple): that text, when the worker's own traceback is not in the excerpt
-                msg = (rm.group("a") or rm.group("b") or rm.group("c") or "").strip()
+                msg = (rm.group("a") or rm.group("b") or rm.group("c") or rm.group("e") or rm.group("d") or "").strip()
                 if len(msg) >= 8:
                     self._relayed = self._candidate(line, proc, msg, self.cat.match(msg), None, "unknown",
                                                     {"relayed_by": body_s[:200]}, None)
