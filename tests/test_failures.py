@@ -231,7 +231,6 @@ KNOWN_MISSES = {
     "r29_14_v07x_conda_a100_deepseek_vl2_v0_mq_engine_no_model_architectures_specified",
     "r29_15_pr_v02x_py38_openai_api_server_pydantic_v1_protocol_issubclass_arg1_not_class",
     "r29_16_v042_py38_openai_api_server_phi3_mini_running_tasks_type_not_subscriptable",
-    "r29_21_v03x_source_develop_openai_api_server_awq_tp4_no_module_outlines_fsm",
     "r30_10_vllm_kunlun_v0251_p800_qwen3_8b_mrv2_warmup_speculative_attention_check_ret_failed",
     "r30_12_ascend_v0221rc1_910b4_bge_m3_started_curl_request_encoder_attention_npu_fusion_attention_crash",
     "r30_19_ascend_v0110rc1_qwen3_next_80b_graph_mode_gdn_attention_assert_attn_metadata_dict",

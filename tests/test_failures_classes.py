@@ -45,6 +45,13 @@ def run(lines: list[str], keep: list[bytes] | None = None) -> dict:
      "tensor_parallel_size or running with --quantization gptq.", "quant"),
     # the checkpoint's multimodal processor called as another transformers release does
     ("TypeError: Qwen2_5_VLProcessor.__init__() got multiple values for argument 'image_processor'", "model"),
+    # a dependency's submodule missing (its parent imported): another version of the package
+    ("ModuleNotFoundError: No module named 'outlines.fsm'", "config"),
+    # ... while vLLM's own modules, kernel libraries and connectors keep their classes, and a missing parent says nothing
+    ("ModuleNotFoundError: No module named 'vllm.entrypoints'", "kernel"),
+    ("ModuleNotFoundError: No module named 'aiter.jit.module_aiter_core'", "kernel"),
+    ("ModuleNotFoundError: No module named 'lmcache.experimental'", "connector"),
+    ("ModuleNotFoundError: No module named 'outlines'", "unknown"),
     # near misses: another ACL call's code, a safetensors file that is corrupt (not ENOMEM), a backend refused elsewhere
     ("RuntimeError: ACL stream create failed, error code:507033", "unknown"),
     ("safetensors_rust.SafetensorError: Error while deserializing header: HeaderTooLarge", "model"),
