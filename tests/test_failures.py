@@ -236,12 +236,10 @@ KNOWN_MISSES = {
     "r30_19_ascend_v0110rc1_qwen3_next_80b_graph_mode_gdn_attention_assert_attn_metadata_dict",
     "r30_24_vllm_windows_fork_cuda132_vllm_serve_cudagetdevicecount_cudaerrornotsupported_older_driver_warning",
     "r30_25_ascend_early_v0_ray_remote_node_rayworkerwrapper_init_device_rtsetdevice_device_retain_error_507033",
-    # rounds 31-32 (session 7), blind first passes on every session-7 change, not tuned on: kept as measured
-    # (docs/failures.md "Rounds 31-32"): errors quoted in prose without an exception head the tracker trusts (a
-    # tokenizer mode, a processor's "multiple values", an InternVL config attribute, triton's fp8e4nv), vendor runtime
-    # codes classed unknown (Ascend ACL stream synchronize 5070xx), labelers' model against the catalogue's arch
-    # (MiniCPM-V "only supports versions", the registry's inspection error), and Xinference's relay of an unpicklable
-    # error reported over the ValidationError below it (the one wrong cause)
+    # rounds 31-32 (session 7), blind first passes on every session-7 change (docs/failures.md "Rounds 31-32"); what
+    # session 8 left ("Session 8"): a worker relay found but classed unknown (r31_05), a transformers-fallback ERROR
+    # the labeler reads as the cause, uncatalogued exceptions classed unknown, and MiniCPM-V's "only supports versions"
+    # labeled model where the class definitions say arch (labels that predate the definitions)
     "r31_05_v0161rc1_dev_transformers5_serve_qwen35_122b_tp8_worker_failed_rmsnormgated_no_activation",
     "r31_17_v07x_v0_mq_engine_gemma3_transformers_fallback_unrecognized_configuration_class",
     "r31_18_v0130_serve_jais2_70b_enginecore_get_rope_unexpected_kwarg_rotary_dim",
