@@ -223,7 +223,6 @@ KNOWN_MISSES = {
     "r28_19_ipex_llm_serving_xpu_wsl2_arc_a770_qwen25_7b_sym_int4_xpu_oom_tried_1_02gib",
     "r28_20_llm_d_deployer_baremetal_k8s_decode_pod_crashloop_no_nvidia_runtime_unspecified_platform",
     "r28_23_lmcache_038_with_vllm_0110_connector_import_no_module_vllm_utils_torch_utils",
-    "r28_25_ascend_v0100rc1_310p3_300i_duo_container_vllm_serve_qwen25_05b_atb_ropeoperation_setup_failed",
     "r29_05_v0_2023_api_server_qwen_7b_http_request_generate_qwentokenizer_no_byte_decoder",
     "r29_08_v05x_v0_tp_after_torchvision_cpu_reinstall_request_custom_op_rms_norm_missing",
     "r29_12_v010x_venv_dp4_expert_parallel_qwen_moe_fused_moe_modular_kernel_w1_bias_typeerror",

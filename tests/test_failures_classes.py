@@ -157,3 +157,14 @@ def test_an_exception_right_after_cjk_text_starts_the_pasted_line():
     assert r["failed"] and r["cause_text"].startswith("ValueError: Currently, MiniCPMV only supports versions")
     # Latin text glued to an exception name is not a lead
     assert run(["fooValueError: something is wrong here"])["cause_line"] is None
+
+
+def test_an_atb_operation_that_cannot_be_set_up_is_a_kernel_cause():
+    # torch_npu's ATB op plugin: the C10 record behind a progress dot and the rank prefix, then c10::Error's backtrace
+    r = run([".[rank0]:[E903 07:21:23.263967696 compiler_depend.ts:429] RopeOperation setup failed!",
+             "Exception raised from OperationSetup at build/third_party/op-plugin/op_plugin/CMakeFiles/op_plugin_atb.dir/"
+             "compiler_depend.ts:151 (most recent call first):"])
+    assert r["cause_line"] == 1 and r["cause_id"] == "ascend_operator_failed" and r["cause_class"] == "kernel"
+    assert r["details"].get("op") == "RopeOperation"
+    # a sentence about an operation that is not an ATB operation name
+    assert run(["the operation setup failed! again"])["cause_id"] != "ascend_operator_failed"
