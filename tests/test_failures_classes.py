@@ -52,6 +52,8 @@ def run(lines: list[str], keep: list[bytes] | None = None) -> dict:
     ("ModuleNotFoundError: No module named 'aiter.jit.module_aiter_core'", "kernel"),
     ("ModuleNotFoundError: No module named 'lmcache.experimental'", "connector"),
     ("ModuleNotFoundError: No module named 'outlines'", "unknown"),
+    # a kernel library refusing this GPU generation: kernel ("not built for this device"), not the model's architecture
+    ("RuntimeError: FlashAttention only supports Ampere GPUs or newer.", "kernel"),
     # near misses: another ACL call's code, a safetensors file that is corrupt (not ENOMEM), a backend refused elsewhere
     ("RuntimeError: ACL stream create failed, error code:507033", "unknown"),
     ("safetensors_rust.SafetensorError: Error while deserializing header: HeaderTooLarge", "model"),
