@@ -242,7 +242,6 @@ KNOWN_MISSES = {
     "r31_05_v0161rc1_dev_transformers5_serve_qwen35_122b_tp8_worker_failed_rmsnormgated_no_activation",
     "r31_17_v07x_v0_mq_engine_gemma3_transformers_fallback_unrecognized_configuration_class",
     "r31_18_v0130_serve_jais2_70b_enginecore_get_rope_unexpected_kwarg_rotary_dim",
-    "r31_21_v02x_2023_multi_user_host_weight_lock_tmp_permission_denied_errno_13",
     "r32_14_minicpm_v_cookbook_vllm01011_serve_minicpm_v_4_5_only_supports_versions_got_4_5_quoted",
     "r32_15_minicpm_v_cookbook_vllm0101_conda_enginecore_minicpmv_new_only_supports_versions_got_4_5",
     "r32_16_minicpm_v_repo_cookbook_vllm_install_minicpm_v_4_5_only_supports_versions_quoted_chinese",

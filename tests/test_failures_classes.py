@@ -54,6 +54,9 @@ def run(lines: list[str], keep: list[bytes] | None = None) -> dict:
     ("ModuleNotFoundError: No module named 'outlines'", "unknown"),
     # a kernel library refusing this GPU generation: kernel ("not built for this device"), not the model's architecture
     ("RuntimeError: FlashAttention only supports Ampere GPUs or newer.", "kernel"),
+    # EACCES on a path of the launch environment: config; on a model file: the model's
+    ("PermissionError: [Errno 13] Permission denied: '/tmp/XXX-XXX-7b-chat.lock'", "config"),
+    ("PermissionError: [Errno 13] Permission denied: '/models/x/model-00001-of-00002.safetensors'", "model"),
     # near misses: another ACL call's code, a safetensors file that is corrupt (not ENOMEM), a backend refused elsewhere
     ("RuntimeError: ACL stream create failed, error code:507033", "unknown"),
     ("safetensors_rust.SafetensorError: Error while deserializing header: HeaderTooLarge", "model"),
