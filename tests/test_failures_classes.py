@@ -173,3 +173,16 @@ def test_an_atb_operation_that_cannot_be_set_up_is_a_kernel_cause():
     assert r["details"].get("op") == "RopeOperation"
     # a sentence about an operation that is not an ATB operation name
     assert run(["the operation setup failed! again"])["cause_id"] != "ascend_operator_failed"
+
+
+def test_macos_dyld_symbol_not_found_is_the_undefined_symbol_of_a_broken_build():
+    warn = ("WARNING 03-19 00:20:58 [_custom_ops.py:21] Failed to import from vllm._C with ImportError('dlopen(/u/vllm/"
+            "_C.abi3.so, 0x0002): Symbol not found: __ZNK3c1011StorageImpl27throw_data_ptr_access_errorEv\\n  Referenced "
+            "from: <06FB8B4B> /u/vllm/_C.abi3.so\\n  Expected in:     <1F2C> /t/torch/lib/libc10.dylib')")
+    cut = ["[rank0]: Traceback (most recent call last):", '[rank0]:   File "<frozen runpy>", line 198, in _run_module_as_main']
+    # vLLM warns and goes on: the warning is the cause only when the start is then seen failing (a cut traceback)
+    r = run([warn, *cut], keep=KW)
+    assert r["cause_line"] == 1 and r["cause_id"] == "kernel_missing" and r["cause_class"] == "kernel"
+    assert r["numbers"] == {} and r["details"].get("symbol", "").startswith("__ZNK3c10")
+    r = run([warn, "INFO 03-19 00:21:00 [api_server.py:1] Application startup complete."], keep=KW)
+    assert r["cause_line"] is None and not r["failed"]
