@@ -70,7 +70,7 @@ def _loader_files() -> list[str]:
     """The files whose code or data decides what loading a rule file gives."""
     from kvlogdiag import pkgdata
 
-    out = []
+    out: list[str] = []
     for sub in (("rules",), ("rules", "builtin")):
         folder = pkgdata.path(*sub)
         try:
