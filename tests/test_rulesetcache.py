@@ -231,3 +231,16 @@ def test_the_loaded_set_survives_a_copy_of_the_cache_folder(cache, tmp_path, loa
     loads.clear()
     _same(load_rules(), first)
     assert loads == []
+
+
+def test_the_guards_come_with_the_stored_set(cache, monkeypatch):
+    from kvlogdiag.rules import guards
+
+    fresh = load_rules()
+    monkeypatch.setattr(guards, "guards", lambda tree: pytest.fail("guards worked out again"))
+    monkeypatch.setattr(guards, "check_guards", lambda tree: pytest.fail("check guards worked out again"))
+    cached = load_rules()
+    lets = [c for r in cached.rules for _, c in r.lets]
+    assert lets and all("null_guards" in c.__dict__ for c in lets)
+    assert all("check_guards" in c.when.__dict__ for r in cached.rules for c in r.checks)
+    assert [c.null_guards for r in fresh.rules for _, c in r.lets] == [c.null_guards for c in lets]

@@ -149,6 +149,7 @@ def put(k: str, rules: Any) -> None:
     path = _path(k)
     if path is None:
         return
+    _warm(rules)
     try:
         data = _dumps((_MAGIC, k, rules))
     except Exception:  # noqa: BLE001 - something in a rule that does not pickle: loaded from files every time
@@ -167,6 +168,18 @@ def put(k: str, rules: Any) -> None:
         _trim(d, keep=os.path.basename(path))
     except OSError:
         pass
+
+
+def _warm(rules: Any) -> None:
+    """Work the evaluation asks of every condition on its first log out now, so that it is stored too: the null
+    guards of each ``[let]`` and each check (`kvlogdiag.rules.guards`, ~3 ms of a small analyze), plain tuples
+    cached on the condition. A guard that cannot be worked out is left to the evaluation, as before."""
+    for rule in rules.rules:
+        for cond, attr in [(c, "null_guards") for _, c in rule.lets] + [(c.when, "check_guards") for c in rule.checks]:
+            try:
+                getattr(cond, attr)
+            except Exception:  # noqa: BLE001, S112 - the evaluation raises it itself, where it did before
+                continue
 
 
 def _dumps(value: Any) -> bytes:
