@@ -244,3 +244,13 @@ def test_the_guards_come_with_the_stored_set(cache, monkeypatch):
     assert lets and all("null_guards" in c.__dict__ for c in lets)
     assert all("check_guards" in c.when.__dict__ for r in cached.rules for c in r.checks)
     assert [c.null_guards for r in fresh.rules for _, c in r.lets] == [c.null_guards for c in lets]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_a_fifo_in_place_of_the_file_neither_blocks_nor_is_read(cache, loads):
+    load_rules()
+    (path,) = [cache / n for n in _files(cache)]
+    path.unlink()
+    os.mkfifo(path)
+    loads.clear()
+    assert len(load_rules().rules) == 19 and len(loads) == 19  # a miss (and the FIFO is replaced by the new file)
