@@ -50,7 +50,8 @@ for p in paths:
 json.dump(out, open(sys.argv[2], "w"))
 """
 
-_ENTRY = "import sys; from kvlogdiag.cli.main import main; sys.argv[0] = 'kvlogdiag'; sys.exit(main())"
+_ENTRY = ("import sys\ntry:\n    from kvlogdiag.cli.entry import main\nexcept ImportError:  # a tree from before session 8\n"
+          "    from kvlogdiag.cli.main import main\nsys.argv[0] = 'kvlogdiag'\nsys.exit(main())")
 
 
 _NOT_LOGS = (".json", ".md", ".py", ".sh", ".toml")  # in a folder: answers, goldens, scripts (a named file always runs)

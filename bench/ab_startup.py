@@ -27,7 +27,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 # what the console script does (pyproject.toml [project.scripts]), so both sides start the same way
-_ENTRY = "import sys; from kvlogdiag.cli.main import main; sys.argv[0] = 'kvlogdiag'; sys.exit(main())"
+_ENTRY = ("import sys\ntry:\n    from kvlogdiag.cli.entry import main\nexcept ImportError:  # a tree from before session 8\n"
+          "    from kvlogdiag.cli.main import main\nsys.argv[0] = 'kvlogdiag'\nsys.exit(main())")
 
 
 def _env(tree: str, cache: str) -> dict[str, str]:

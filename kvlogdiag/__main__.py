@@ -1,6 +1,6 @@
 """`python -m kvlogdiag` entry point."""
 
-from kvlogdiag.cli.main import main
+from kvlogdiag.cli.entry import main
 
 if __name__ == "__main__":
     main()

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from kvlogdiag import tomlcache
-from kvlogdiag.rules import condcache, condition, engine
+from kvlogdiag.rules import condcache, condition, engine, setcache
 from kvlogdiag.rules.engine import FUNCTIONS, NAMES, builtin_rule_files, load_rules
 
 
@@ -19,6 +19,7 @@ def _fresh_cache(monkeypatch, where) -> None:
     monkeypatch.setattr(tomlcache, "_disk", None)
     monkeypatch.setattr(tomlcache, "_used", {})
     monkeypatch.setattr(tomlcache, "_dirty", False)
+    monkeypatch.setattr(setcache, "get", lambda key: None)  # these tests are about what a rule-set cache miss does
 
 
 def _conditions(ruleset) -> list:

@@ -186,10 +186,27 @@ def _dispatch_tables() -> tuple[list[Pattern], dict[str, list[Pattern]], re.Patt
         for p in pats:
             for kw in p.keywords:
                 own.setdefault(kw, []).append(p)
+        by_name = {p.name: p for p in pats}
+
+        def compute() -> list[list]:  # ~200 keywords, each against every other: ~2 ms, kept in the regex cache
+            out = []
+            for kw in own:
+                lst = [p for k, ps in own.items() if k in kw for p in ps]
+                out.append([kw, list({p.name: p for p in lst})])
+            return out
+
+        def valid(v: Any) -> bool:
+            return (isinstance(v, list) and [e[0] for e in v] == list(own)
+                    and all(isinstance(n, str) and n in by_name for e in v for n in e[1]))
+
         by_kw: dict[str, list[Pattern]] = {}
-        for kw in own:
-            lst = [p for k, ps in own.items() if k in kw for p in ps]
-            by_kw[kw] = list({p.name: p for p in lst}.values())
+        if len(by_name) == len(pats):  # names are unique (tests/test_patterns.py): a name stands for its pattern
+            key = "\n".join(kw + "\0" + "\0".join(p.name for p in ps) for kw, ps in own.items())
+            by_kw = {kw: [by_name[n] for n in names] for kw, names in recache.derived("dispatch-table", key, compute, valid)}
+        else:
+            for kw in own:
+                lst = [p for k, ps in own.items() if k in kw for p in ps]
+                by_kw[kw] = list({p.name: p for p in lst}.values())
         kws = sorted(by_kw, key=len, reverse=True)
         _TABLES = (pats, by_kw, recache.compile(_keyword_trie(kws)))
     return _TABLES

@@ -280,7 +280,12 @@ def load_rules(extra_dirs: Iterable[str] = (), include_builtin: bool = True) -> 
             except OSError as exc:
                 raise RuleLoadError(f"{f}: cannot read ({exc.strerror or exc})") from None
     from kvlogdiag import tomlcache
+    from kvlogdiag.rules import setcache
 
+    set_key = setcache.key(files)  # the whole loaded set, by the content of every file and the loader's identity
+    stored = setcache.get(set_key)
+    if stored is not None:
+        return stored
     try:
         for name, content, builtin in files:
             rule = load_rule(name, content, builtin, cache=True)
@@ -290,6 +295,7 @@ def load_rules(extra_dirs: Iterable[str] = (), include_builtin: bool = True) -> 
             rules.append(rule)
     finally:
         tomlcache.flush()
+    setcache.put(set_key, RuleSet(rules))  # before any caller touches it (a cached property, a selection)
     return RuleSet(rules)
 
 
