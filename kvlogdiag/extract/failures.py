@@ -698,6 +698,16 @@ class StartupTracker:
             for fn in self.listeners:
                 fn(self.result())
             return
+        cx = self.cause
+        if cx is not None and cx.match is not None and cx.match.entry.id in self.cat.explained and not code_line \
+                and (level is None or level == "ERROR") and (exm := self.cat.match(body_s)) is not None \
+                and cx.match.entry.id in exm.entry.explains:
+            # a later line states the failure the cause is a symptom of (a worker node that cannot reach the Ray
+            # head explains the placement group's missing devices): that line is the first cause
+            em_x = _EXC.match(body_s)
+            self._set_cause(line, proc, body_s, exm, em_x.group("exc") if em_x else None, None,
+                            {"explains": cx.text[:200]}, tb)
+            return
         if self.cause is not None or code_line:
             return
         if body_s[:10] in ("Unhandled ", "terminate ") and ((um := _CPP_UNHANDLED.match(body_s)) or (um := _CPP_TERMINATE.match(body_s))):
@@ -708,6 +718,11 @@ class StartupTracker:
             return
         m = self.cat.match(body_s)
         exc = em.group("exc") if em else None
+        if m is not None and m.warning and level is None and exc is None:
+            # vLLM's warning text stated without its log head: it waits after it (see `warning_forms`)
+            if self._weak is None:
+                self._weak = self._candidate(line, proc, body_s, m, None, None, {}, tb)
+            return
         if m is not None and not (echo and not self._echo_carries_cause(body_s, m)):
             self._set_cause(line, proc, body_s, m, exc, None, {}, tb)
             return
@@ -940,7 +955,8 @@ class StartupTracker:
         if not (served or self.runtime_line):
             w = self._weak
             if w is not None and (c is None and shown or c is not None and w.line < c.line and c.match is not None
-                                  and w.match is not None and w.match.entry.cls == c.match.entry.cls):
+                                  and w.match is not None and w.match.entry.cls == c.match.entry.cls
+                                  and w.match.entry.id not in c.match.entry.explains):
                 c = w  # the same failure, first stated as vLLM's warning
             if self._relayed is not None and (c is None or self._relayed.line < c.line and c.match is None):
                 # the worker's message, relayed before anything else states a cause, is the first cause
