@@ -146,6 +146,11 @@ _LEAD = recache.compile(r"^(?:[^\s:：]{1,12}[:：]\s*|\d{1,2}[.)]\s+|\d{4}-\d\d
 # — or with nothing at all: CJK text has no spaces between words, so an exception name right after a CJK character
 # ("，报错ValueError: Currently, MiniCPMV only supports …") starts the pasted line as a colon would
 _CJK_LEAD = recache.compile(r"^[^\n：]{0,300}?[\u3000-\u30ff\u4e00-\u9fff\uff00-\uffef](?:：\s*)?(?=(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception): \S)")
+# vLLM's warning when a compiled extension does not import: it goes on without it (0.6.6.post1 _custom_ops.py:16-19,
+# 0.10.2 _custom_ops.py:17-20, platforms/rocm.py:31-34 `logger.warning("Failed to import from vllm._C with %r", e)`), and
+# the start fails later only where an op of that module is called — the warning is that failure's cause only when the
+# failure seen names the module (`'_OpNamespace' '_C' object has no attribute 'rms_norm'`), not whatever comes next
+_IMPORT_WARNING = recache.compile(r"Failed to import from (?P<module>[\w.]+) with ")
 _CJK_CHAR = recache.compile(r"[\u3000-\u30ff\u4e00-\u9fff\uff00-\uffef]")
 # NCCL's wrapper errors that state a CUDA / system failure on the lines after them ("Last error: ...")
 _WRAPPER = recache.compile(r"unhandled cuda error|ncclUnhandledCudaError|unhandled system error|ncclSystemError")
@@ -366,6 +371,18 @@ def process_of(line: Line) -> str | None:
     if last is not None:
         return f"{last.group('name')} pid={last.group('pid')}"
     return line.rank
+
+
+def _own_binary(text: str, module: str) -> bool:
+    """Whether an ImportError's text is about the module's own compiled file (``…/vllm/_C.abi3.so``)."""
+    leaf = re.escape(module.rsplit(".", 1)[-1])
+    return re.search(rf"[/\\(]{leaf}(?:\.abi3|\.cpython[\w.-]*)?\.(?:so|pyd|dylib)\b", text) is not None
+
+
+def _names_module(text: str, module: str) -> bool:
+    """Whether an error names the module (``vllm._C``) or its op namespace (``'_C'``, ``_C::``)."""
+    leaf = module.rsplit(".", 1)[-1]
+    return module in text or f"'{leaf}'" in text or f"{leaf}::" in text or f"ops.{leaf}." in text
 
 
 class _Candidate:
@@ -954,6 +971,14 @@ class StartupTracker:
         shown = bool(self.echoes) or bool(self.deaths) or bool(open_tb)
         if not (served or self.runtime_line):
             w = self._weak
+            if w is not None and c is None and (iw := _IMPORT_WARNING.search(w.text)) is not None \
+                    and _own_binary(w.text, iw.group("module")) \
+                    and not any(_names_module(t, iw.group("module")) for t in self._shown_texts(open_tb)):
+                # the extension's own binary does not load (a symbol of another torch): only a call of one of its
+                # ops fails, so a failure shown without its exception (a cut traceback, an echo) is that failure
+                # only if it names the module. (A system library the import needs — libcuda.so.1 missing — fails
+                # the platform's detection too: what fails next is that library's failure.)
+                w = None
             if w is not None and (c is None and shown or c is not None and w.line < c.line and c.match is not None
                                   and w.match is not None and w.match.entry.cls == c.match.entry.cls
                                   and w.match.entry.id not in c.match.entry.explains):
@@ -1064,6 +1089,10 @@ class StartupTracker:
             ev = (first, None, self._tb[p][0][1]) if p in self._tb and self._tb[p] else None
         out["evidence"] = {"line": ev[0], "rank": ev[1], "raw": ev[2]} if ev else None
         return out
+
+    def _shown_texts(self, open_tb: list[tuple[str | None, int]]) -> list[str]:
+        """The texts of the echoes and of the open tracebacks' kept lines."""
+        return [e.get("text", "") for e in self.echoes] + [t for p, _ in open_tb for _, t in self._tb.get(p, ())]
 
     def _not_in_excerpt(self) -> str:
         open_tb = self._failing_tracebacks()
