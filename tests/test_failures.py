@@ -93,10 +93,6 @@ def read_like_analyze(path: Path) -> dict:
 
 # known misses (docs/failures.md)
 KNOWN_MISSES = {
-    # round 33 (session 8 first pass, on the s8/fail rules): classes
-    "r33_15_v04x_docker_vllm_openai_dbrx_transformers_config_mapping_keyerror_dbrx",
-    "r33_22_v051_gemma2_comment_vllm_worker_process_determine_num_available_blocks_use_flashinfer_soft_cap",
-    "r33_24_v060_cpu_backend_gemma2_vllm_worker_process_load_model_torch_sdpa_no_logits_soft_cap",
     # round 34 (session 8 first pass): three missed, one wrong (a two-node paste: node 1's placement-group
     # shortage reported where node 2's GCS connection failure is the labeler's cause), three classes
     "r34_10_gpustack_pipx_vllm_backend_qwen3_06b_modelscope_import_bad_marshal_data_vllm_import_frames",

@@ -205,3 +205,41 @@ def test_import_warning_of_a_missing_system_library_stays_the_cause_of_what_fail
            "    parser = AsyncEngineArgs.add_cli_args(parser)"]
     r = run([warn, *cut], keep=KW)
     assert r["cause_line"] == 1
+
+
+@pytest.mark.parametrize("line", [
+    # vLLM 0.5.5 attention/backends/torch_sdpa.py, relayed by V0's worker (0.5.5 executor/multiproc_worker_utils.py)
+    "ERROR 09-06 10:00:00 multiproc_worker_utils.py:226] Exception in worker VllmWorkerProcess while processing method "
+    "load_model: Torch SPDA does not support logits soft cap., Traceback (most recent call last):",
+    # vLLM 0.6.6.post1 attention/backends/placeholder_attn.py (the message's missing space kept, as 0.5.1 printed it)
+    "ValueError: Please use Flashinfer backend for models withlogits_soft_cap (i.e., Gemma-2). Otherwise, the output might "
+    "be wrong. Set Flashinfer backend by export VLLM_ATTENTION_BACKEND=FLASHINFER.",
+    "ValueError: XFormers does not support attention logits soft capping.",
+    "NotImplementedError: FlexAttention does not support logits soft cap yet.",
+])
+def test_an_attention_backend_without_logits_soft_capping_is_kernel(line):
+    r = run([line])
+    assert r["cause_line"] == 1 and r["cause_class"] == "kernel", r
+
+
+def test_soft_cap_words_elsewhere_do_not_make_a_kernel_class():
+    # the model's setting named in a config error stays config
+    r = run(["ValueError: Invalid value for final_logit_softcapping: -1"])
+    assert r["cause_class"] != "kernel"
+
+
+def test_config_mapping_keyerror_in_transformers_autoconfig_is_the_model():
+    tb = ["Traceback (most recent call last):",
+          '  File "/usr/local/lib/python3.10/dist-packages/transformers/models/auto/configuration_auto.py", line 1155, '
+          "in from_pretrained",
+          '    config_class = CONFIG_MAPPING[config_dict["model_type"]]',
+          '  File "/usr/local/lib/python3.10/dist-packages/transformers/models/auto/configuration_auto.py", line 852, '
+          "in __getitem__",
+          "    raise KeyError(key)",
+          "KeyError: 'dbrx'"]
+    r = run(tb)
+    assert r["cause_line"] == 6 and r["cause_class"] == "model"
+    # the same KeyError raised from another function (a dict lookup in vLLM's own code): no class from the frame
+    other = [tb[0], '  File "/x/vllm/engine/llm_engine.py", line 400, in _init_tokenizer',
+             "    x = table[name]", "KeyError: 'dbrx'"]
+    assert run(other)["cause_class"] == "unknown"

@@ -265,7 +265,7 @@ _KV_NONPOSITIVE = recache.compile(r"Available KV cache memory: (?P<gib>-\d+(?:\.
 _RELAYED = recache.compile(r"""Worker failed with error (?:'(?P<a>[^\n]*?)', please check|'(?P<c>[^'\n]{8,400})'(?=`|\s*$)"""
                            r"""|'(?P<e>'[^\n]{8,400}')'\s*$"""
                            r"""|%s, please check[^'"]{0,80}', (?P<q>["'])(?P<b>[^\n]*)(?P=q)\))"""
-                           r"""|Exception in worker \S+ while processing method \w+: (?P<d>\S[^\n]{7,}?),?\s*(?:Traceback \(most recent call last\):)?$""")
+                           r"""|Exception in worker (?P<worker>\S+) while processing method \w+: (?P<d>\S[^\n]{7,}?),?\s*(?:Traceback \(most recent call last\):)?$""")
 
 _WARNING_EXC = recache.compile(r"Warning$")
 # a string literal of a raise statement's message, as a traceback prints the source ("raise X(\"...\" ")
@@ -750,7 +750,10 @@ class StartupTracker:
                 # 0.8.x printed it as a tuple): that text, when the worker's own traceback is not in the excerpt
                 msg = (rm.group("a") or rm.group("b") or rm.group("c") or rm.group("e") or rm.group("d") or "").strip()
                 if len(msg) >= 8:
-                    self._relayed = self._candidate(line, proc, msg, self.cat.match(msg), None, "unknown",
+                    # V0's record names the worker that raised (0.5.5 executor/multiproc_worker_utils.py:226-228
+                    # "Exception in worker %s while processing method %s: %s, %s"): its process when no prefix says so
+                    self._relayed = self._candidate(line, proc if proc is not None else rm.group("worker"), msg,
+                                                    self.cat.match(msg), None, "unknown",
                                                     {"relayed_by": body_s[:200]}, None)
             return
         pm = _PYDANTIC_ITEM.match(body_s)
