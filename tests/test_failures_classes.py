@@ -243,3 +243,27 @@ def test_config_mapping_keyerror_in_transformers_autoconfig_is_the_model():
     other = [tb[0], '  File "/x/vllm/engine/llm_engine.py", line 400, in _init_tokenizer',
              "    x = table[name]", "KeyError: 'dbrx'"]
     assert run(other)["cause_class"] == "unknown"
+
+
+def test_bad_marshal_data_is_a_corrupt_environment():
+    # CPython's marshal.c on a corrupt .pyc; here as GPUStack's wrapper prints it (its record, then the error's own line)
+    r = run(["2025-06-05T18:05:48+08:00 - gpustack.worker.backends.vllm - ERROR - Failed to derive max model length: "
+             "Failed to import modelscope.utils.hf_util because of the following error (look up to see its traceback):",
+             "bad marshal data (unknown type code)",
+             "Traceback (most recent call last):",
+             '  File "/v/bin/vllm", line 5, in <module>'], keep=KW)
+    assert r["cause_line"] == 2 and r["cause_id"] == "corrupt_bytecode" and r["cause_class"] == "config"
+    assert "__pycache__" in r["fix"]
+    assert run(["ValueError: bad marshal data"], keep=KW)["cause_id"] != "corrupt_bytecode"
+
+
+def test_torch_npu_without_the_operator_is_kernel():
+    r = run(["AttributeError: module 'torch_npu' has no attribute 'npu_rope'"])
+    assert r["cause_class"] == "kernel" and r["raised_in"] is None  # not vLLM's module __getattr__ (nixl_utils)
+    # another module's missing attribute gets no class from it
+    assert run(["AttributeError: module 'numpy' has no attribute 'float'"])["cause_class"] != "kernel"
+
+
+def test_a_failed_hf_processor_call_is_the_model():
+    r = run(["ValueError: Failed to apply Qwen2VLProcessor on data={'text': '<|imgpad|><|video_pad|>'} with kwargs={}"])
+    assert r["cause_line"] == 1 and r["cause_class"] == "model"

@@ -290,7 +290,13 @@ class _Harvest:
     def __init__(self, messages: list[dict], min_key: int = 16):
         self.items: list[tuple[str, list[str], dict]] = []
         for m in messages:
-            parts = re.split(r"\{(?:[^{}]|\{[^{}]*\})*\}", m["t"].replace("{{", "\x00").replace("}}", "\x01"))
+            text = m["t"]
+            if "{__name__" in text:
+                # a module's own name (its __getattr__'s "module {__name__} has no attribute {name}"): the value is
+                # known, so "module 'torch_npu' has no attribute 'npu_rope'" is not that module's raise
+                dotted = m["f"].removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+                text = text.replace("{__name__!r}", repr(dotted)).replace("{__name__}", dotted)
+            parts = re.split(r"\{(?:[^{}]|\{[^{}]*\})*\}", text.replace("{{", "\x00").replace("}}", "\x01"))
             lits = [p.replace("\x00", "{").replace("\x01", "}") for p in parts]
             # a message quoted or retyped without its final full stop is still that message
             lits[-1] = lits[-1].rstrip(".")
