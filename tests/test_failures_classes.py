@@ -180,9 +180,90 @@ def test_macos_dyld_symbol_not_found_is_the_undefined_symbol_of_a_broken_build()
             "_C.abi3.so, 0x0002): Symbol not found: __ZNK3c1011StorageImpl27throw_data_ptr_access_errorEv\\n  Referenced "
             "from: <06FB8B4B> /u/vllm/_C.abi3.so\\n  Expected in:     <1F2C> /t/torch/lib/libc10.dylib')")
     cut = ["[rank0]: Traceback (most recent call last):", '[rank0]:   File "<frozen runpy>", line 198, in _run_module_as_main']
-    # vLLM warns and goes on: the warning is the cause only when the start is then seen failing (a cut traceback)
+    # vLLM warns and goes on (0.10.2 _custom_ops.py:17-20); the extension's own binary not loading fails the start only
+    # where one of its ops is called: a traceback cut before its exception is not shown to be that failure
     r = run([warn, *cut], keep=KW)
+    assert r["failed"] and r["cause_line"] is None and "cut" in r["not_in_excerpt_reason"]
+    # ... the op's failure names the module: then the warning is the first statement of it
+    op = "[rank0]: AttributeError: '_OpNamespace' '_C' object has no attribute 'rms_norm'"
+    r = run([warn, *cut, op], keep=KW)
     assert r["cause_line"] == 1 and r["cause_id"] == "kernel_missing" and r["cause_class"] == "kernel"
     assert r["numbers"] == {} and r["details"].get("symbol", "").startswith("__ZNK3c10")
+    # the same dyld line raised (not warned about) is a cause by itself
+    r = run(["ImportError: dlopen(/u/vllm/_C.abi3.so, 0x0002): Symbol not found: __ZNK3c1011StorageImplEv"], keep=KW)
+    assert r["cause_id"] == "kernel_missing"
     r = run([warn, "INFO 03-19 00:21:00 [api_server.py:1] Application startup complete."], keep=KW)
     assert r["cause_line"] is None and not r["failed"]
+
+
+def test_import_warning_of_a_missing_system_library_stays_the_cause_of_what_fails_next():
+    # libcuda.so.1 missing fails vLLM's platform detection as well as the import: the traceback that follows (argument
+    # parsing on an UnspecifiedPlatform) is that library's failure (rounds 13, 17, 20)
+    warn = ("WARNING 11-20 18:08:11 [_custom_ops.py:20] Failed to import from vllm._C with ImportError('libcudart.so.12: "
+            "cannot open shared object file: No such file or directory')")
+    cut = ["Traceback (most recent call last):", '  File "/x/vllm/entrypoints/openai/cli_args.py", line 263, in make_arg_parser',
+           "    parser = AsyncEngineArgs.add_cli_args(parser)"]
+    r = run([warn, *cut], keep=KW)
+    assert r["cause_line"] == 1
+
+
+@pytest.mark.parametrize("line", [
+    # vLLM 0.5.5 attention/backends/torch_sdpa.py, relayed by V0's worker (0.5.5 executor/multiproc_worker_utils.py)
+    "ERROR 09-06 10:00:00 multiproc_worker_utils.py:226] Exception in worker VllmWorkerProcess while processing method "
+    "load_model: Torch SPDA does not support logits soft cap., Traceback (most recent call last):",
+    # vLLM 0.6.6.post1 attention/backends/placeholder_attn.py (the message's missing space kept, as 0.5.1 printed it)
+    "ValueError: Please use Flashinfer backend for models withlogits_soft_cap (i.e., Gemma-2). Otherwise, the output might "
+    "be wrong. Set Flashinfer backend by export VLLM_ATTENTION_BACKEND=FLASHINFER.",
+    "ValueError: XFormers does not support attention logits soft capping.",
+    "NotImplementedError: FlexAttention does not support logits soft cap yet.",
+])
+def test_an_attention_backend_without_logits_soft_capping_is_kernel(line):
+    r = run([line])
+    assert r["cause_line"] == 1 and r["cause_class"] == "kernel", r
+
+
+def test_soft_cap_words_elsewhere_do_not_make_a_kernel_class():
+    # the model's setting named in a config error stays config
+    r = run(["ValueError: Invalid value for final_logit_softcapping: -1"])
+    assert r["cause_class"] != "kernel"
+
+
+def test_config_mapping_keyerror_in_transformers_autoconfig_is_the_model():
+    tb = ["Traceback (most recent call last):",
+          '  File "/usr/local/lib/python3.10/dist-packages/transformers/models/auto/configuration_auto.py", line 1155, '
+          "in from_pretrained",
+          '    config_class = CONFIG_MAPPING[config_dict["model_type"]]',
+          '  File "/usr/local/lib/python3.10/dist-packages/transformers/models/auto/configuration_auto.py", line 852, '
+          "in __getitem__",
+          "    raise KeyError(key)",
+          "KeyError: 'dbrx'"]
+    r = run(tb)
+    assert r["cause_line"] == 6 and r["cause_class"] == "model"
+    # the same KeyError raised from another function (a dict lookup in vLLM's own code): no class from the frame
+    other = [tb[0], '  File "/x/vllm/engine/llm_engine.py", line 400, in _init_tokenizer',
+             "    x = table[name]", "KeyError: 'dbrx'"]
+    assert run(other)["cause_class"] == "unknown"
+
+
+def test_bad_marshal_data_is_a_corrupt_environment():
+    # CPython's marshal.c on a corrupt .pyc; here as GPUStack's wrapper prints it (its record, then the error's own line)
+    r = run(["2025-06-05T18:05:48+08:00 - gpustack.worker.backends.vllm - ERROR - Failed to derive max model length: "
+             "Failed to import modelscope.utils.hf_util because of the following error (look up to see its traceback):",
+             "bad marshal data (unknown type code)",
+             "Traceback (most recent call last):",
+             '  File "/v/bin/vllm", line 5, in <module>'], keep=KW)
+    assert r["cause_line"] == 2 and r["cause_id"] == "corrupt_bytecode" and r["cause_class"] == "config"
+    assert "__pycache__" in r["fix"]
+    assert run(["ValueError: bad marshal data"], keep=KW)["cause_id"] != "corrupt_bytecode"
+
+
+def test_torch_npu_without_the_operator_is_kernel():
+    r = run(["AttributeError: module 'torch_npu' has no attribute 'npu_rope'"])
+    assert r["cause_class"] == "kernel" and r["raised_in"] is None  # not vLLM's module __getattr__ (nixl_utils)
+    # another module's missing attribute gets no class from it
+    assert run(["AttributeError: module 'numpy' has no attribute 'float'"])["cause_class"] != "kernel"
+
+
+def test_a_failed_hf_processor_call_is_the_model():
+    r = run(["ValueError: Failed to apply Qwen2VLProcessor on data={'text': '<|imgpad|><|video_pad|>'} with kwargs={}"])
+    assert r["cause_line"] == 1 and r["cause_class"] == "model"

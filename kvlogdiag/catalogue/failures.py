@@ -79,6 +79,9 @@ class FailureEntry:
     harvest: tuple[str, ...] = ()
     harvest_numbers: dict[str, str] = field(default_factory=dict)
     samples: tuple[dict, ...] = ()
+    # the whole line as vLLM logs the message at WARNING (a stated-without-head copy is read as that warning)
+    warning_forms: tuple[re.Pattern[str], ...] = ()
+    explains: tuple[str, ...] = ()  # entries whose lines in the same log are this failure's symptom
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,7 @@ class FailureMatch:
     numbers: dict[str, Any]
     details: dict[str, str]
     span: tuple[int, int]
+    warning: bool = False  # the line is the message in the form vLLM logs at WARNING (`warning_forms`)
 
     def fix(self) -> str:
         return render_fix(self.entry.fix, self.numbers | self.details)
@@ -148,9 +152,12 @@ class FailureCatalogue:
                 extra=tuple(recache.compile(x) for x in e.get("extra", ())),
                 fix=e["fix"], links=tuple(e.get("links", ())), harvest=tuple(e.get("harvest", ())),
                 harvest_numbers=dict(e.get("harvest_numbers", {})), samples=tuple(e.get("samples", ())),
+                warning_forms=tuple(recache.compile(x) for x in e.get("warning_forms", ())),
+                explains=tuple(e.get("explains", ())),
             ))
         self.entries: list[FailureEntry] = entries
         self.by_id = {e.id: e for e in entries}
+        self.explained = frozenset(x for e in entries for x in e.explains)
         kw: dict[str, list[FailureEntry]] = {}
         for e in entries:
             for k in e.keywords:
@@ -185,7 +192,8 @@ class FailureCatalogue:
                             if v is not None and groups.get(k) is None:
                                 groups[k] = v
                 numbers, details = numbers_of(groups)
-                return FailureMatch(e, versions, numbers, details, m.span())
+                return FailureMatch(e, versions, numbers, details, m.span(),
+                                    any(w.search(text) for w in e.warning_forms))
         return None
 
     def class_hint(self, message: str, frames: list[str]) -> str | None:
@@ -282,7 +290,13 @@ class _Harvest:
     def __init__(self, messages: list[dict], min_key: int = 16):
         self.items: list[tuple[str, list[str], dict]] = []
         for m in messages:
-            parts = re.split(r"\{(?:[^{}]|\{[^{}]*\})*\}", m["t"].replace("{{", "\x00").replace("}}", "\x01"))
+            text = m["t"]
+            if "{__name__" in text:
+                # a module's own name (its __getattr__'s "module {__name__} has no attribute {name}"): the value is
+                # known, so "module 'torch_npu' has no attribute 'npu_rope'" is not that module's raise
+                dotted = m["f"].removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+                text = text.replace("{__name__!r}", repr(dotted)).replace("{__name__}", dotted)
+            parts = re.split(r"\{(?:[^{}]|\{[^{}]*\})*\}", text.replace("{{", "\x00").replace("}}", "\x01"))
             lits = [p.replace("\x00", "{").replace("\x01", "}") for p in parts]
             # a message quoted or retyped without its final full stop is still that message
             lits[-1] = lits[-1].rstrip(".")
@@ -303,7 +317,10 @@ class _Harvest:
         if sum(len(x) for x in lits) < STRICT_LITERALS:
             # little literal text ("{device_type} is not supported."): generic words that end many sentences,
             # so the message must be the whole statement — its values single tokens, from the message's start
-            return r"(?:^|: )" + r"\S+".join(re.escape(x) for x in lits) + r"(?=[\s.,;:]|$)"
+            # a message that ends with its literal ends the statement there: "{device_type} is not supported." is
+            # not "Quantization is not supported for <class …>" (a sentence that goes on is another message)
+            end = r"(?=\.|\s*$)" if lits[-1] else r"(?=[\s.,;:]|$)"
+            return r"(?:^|: )" + r"\S+".join(re.escape(x) for x in lits) + end
         return ".+?".join(re.escape(x) for x in lits)
 
 

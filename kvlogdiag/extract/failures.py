@@ -146,6 +146,11 @@ _LEAD = recache.compile(r"^(?:[^\s:：]{1,12}[:：]\s*|\d{1,2}[.)]\s+|\d{4}-\d\d
 # — or with nothing at all: CJK text has no spaces between words, so an exception name right after a CJK character
 # ("，报错ValueError: Currently, MiniCPMV only supports …") starts the pasted line as a colon would
 _CJK_LEAD = recache.compile(r"^[^\n：]{0,300}?[\u3000-\u30ff\u4e00-\u9fff\uff00-\uffef](?:：\s*)?(?=(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception): \S)")
+# vLLM's warning when a compiled extension does not import: it goes on without it (0.6.6.post1 _custom_ops.py:16-19,
+# 0.10.2 _custom_ops.py:17-20, platforms/rocm.py:31-34 `logger.warning("Failed to import from vllm._C with %r", e)`), and
+# the start fails later only where an op of that module is called — the warning is that failure's cause only when the
+# failure seen names the module (`'_OpNamespace' '_C' object has no attribute 'rms_norm'`), not whatever comes next
+_IMPORT_WARNING = recache.compile(r"Failed to import from (?P<module>[\w.]+) with ")
 _CJK_CHAR = recache.compile(r"[\u3000-\u30ff\u4e00-\u9fff\uff00-\uffef]")
 # NCCL's wrapper errors that state a CUDA / system failure on the lines after them ("Last error: ...")
 _WRAPPER = recache.compile(r"unhandled cuda error|ncclUnhandledCudaError|unhandled system error|ncclSystemError")
@@ -260,7 +265,7 @@ _KV_NONPOSITIVE = recache.compile(r"Available KV cache memory: (?P<gib>-\d+(?:\.
 _RELAYED = recache.compile(r"""Worker failed with error (?:'(?P<a>[^\n]*?)', please check|'(?P<c>[^'\n]{8,400})'(?=`|\s*$)"""
                            r"""|'(?P<e>'[^\n]{8,400}')'\s*$"""
                            r"""|%s, please check[^'"]{0,80}', (?P<q>["'])(?P<b>[^\n]*)(?P=q)\))"""
-                           r"""|Exception in worker \S+ while processing method \w+: (?P<d>\S[^\n]{7,}?),?\s*(?:Traceback \(most recent call last\):)?$""")
+                           r"""|Exception in worker (?P<worker>\S+) while processing method \w+: (?P<d>\S[^\n]{7,}?),?\s*(?:Traceback \(most recent call last\):)?$""")
 
 _WARNING_EXC = recache.compile(r"Warning$")
 # a string literal of a raise statement's message, as a traceback prints the source ("raise X(\"...\" ")
@@ -366,6 +371,18 @@ def process_of(line: Line) -> str | None:
     if last is not None:
         return f"{last.group('name')} pid={last.group('pid')}"
     return line.rank
+
+
+def _own_binary(text: str, module: str) -> bool:
+    """Whether an ImportError's text is about the module's own compiled file (``…/vllm/_C.abi3.so``)."""
+    leaf = re.escape(module.rsplit(".", 1)[-1])
+    return re.search(rf"[/\\(]{leaf}(?:\.abi3|\.cpython[\w.-]*)?\.(?:so|pyd|dylib)\b", text) is not None
+
+
+def _names_module(text: str, module: str) -> bool:
+    """Whether an error names the module (``vllm._C``) or its op namespace (``'_C'``, ``_C::``)."""
+    leaf = module.rsplit(".", 1)[-1]
+    return module in text or f"'{leaf}'" in text or f"{leaf}::" in text or f"ops.{leaf}." in text
 
 
 class _Candidate:
@@ -698,6 +715,16 @@ class StartupTracker:
             for fn in self.listeners:
                 fn(self.result())
             return
+        cx = self.cause
+        if cx is not None and cx.match is not None and cx.match.entry.id in self.cat.explained and not code_line \
+                and (level is None or level == "ERROR") and (exm := self.cat.match(body_s)) is not None \
+                and cx.match.entry.id in exm.entry.explains:
+            # a later line states the failure the cause is a symptom of (a worker node that cannot reach the Ray
+            # head explains the placement group's missing devices): that line is the first cause
+            em_x = _EXC.match(body_s)
+            self._set_cause(line, proc, body_s, exm, em_x.group("exc") if em_x else None, None,
+                            {"explains": cx.text[:200]}, tb)
+            return
         if self.cause is not None or code_line:
             return
         if body_s[:10] in ("Unhandled ", "terminate ") and ((um := _CPP_UNHANDLED.match(body_s)) or (um := _CPP_TERMINATE.match(body_s))):
@@ -708,6 +735,11 @@ class StartupTracker:
             return
         m = self.cat.match(body_s)
         exc = em.group("exc") if em else None
+        if m is not None and m.warning and level is None and exc is None:
+            # vLLM's warning text stated without its log head: it waits after it (see `warning_forms`)
+            if self._weak is None:
+                self._weak = self._candidate(line, proc, body_s, m, None, None, {}, tb)
+            return
         if m is not None and not (echo and not self._echo_carries_cause(body_s, m)):
             self._set_cause(line, proc, body_s, m, exc, None, {}, tb)
             return
@@ -718,7 +750,10 @@ class StartupTracker:
                 # 0.8.x printed it as a tuple): that text, when the worker's own traceback is not in the excerpt
                 msg = (rm.group("a") or rm.group("b") or rm.group("c") or rm.group("e") or rm.group("d") or "").strip()
                 if len(msg) >= 8:
-                    self._relayed = self._candidate(line, proc, msg, self.cat.match(msg), None, "unknown",
+                    # V0's record names the worker that raised (0.5.5 executor/multiproc_worker_utils.py:226-228
+                    # "Exception in worker %s while processing method %s: %s, %s"): its process when no prefix says so
+                    self._relayed = self._candidate(line, proc if proc is not None else rm.group("worker"), msg,
+                                                    self.cat.match(msg), None, "unknown",
                                                     {"relayed_by": body_s[:200]}, None)
             return
         pm = _PYDANTIC_ITEM.match(body_s)
@@ -939,8 +974,17 @@ class StartupTracker:
         shown = bool(self.echoes) or bool(self.deaths) or bool(open_tb)
         if not (served or self.runtime_line):
             w = self._weak
+            if w is not None and c is None and (iw := _IMPORT_WARNING.search(w.text)) is not None \
+                    and _own_binary(w.text, iw.group("module")) \
+                    and not any(_names_module(t, iw.group("module")) for t in self._shown_texts(open_tb)):
+                # the extension's own binary does not load (a symbol of another torch): only a call of one of its
+                # ops fails, so a failure shown without its exception (a cut traceback, an echo) is that failure
+                # only if it names the module. (A system library the import needs — libcuda.so.1 missing — fails
+                # the platform's detection too: what fails next is that library's failure.)
+                w = None
             if w is not None and (c is None and shown or c is not None and w.line < c.line and c.match is not None
-                                  and w.match is not None and w.match.entry.cls == c.match.entry.cls):
+                                  and w.match is not None and w.match.entry.cls == c.match.entry.cls
+                                  and w.match.entry.id not in c.match.entry.explains):
                 c = w  # the same failure, first stated as vLLM's warning
             if self._relayed is not None and (c is None or self._relayed.line < c.line and c.match is None):
                 # the worker's message, relayed before anything else states a cause, is the first cause
@@ -1048,6 +1092,10 @@ class StartupTracker:
             ev = (first, None, self._tb[p][0][1]) if p in self._tb and self._tb[p] else None
         out["evidence"] = {"line": ev[0], "rank": ev[1], "raw": ev[2]} if ev else None
         return out
+
+    def _shown_texts(self, open_tb: list[tuple[str | None, int]]) -> list[str]:
+        """The texts of the echoes and of the open tracebacks' kept lines."""
+        return [e.get("text", "") for e in self.echoes] + [t for p, _ in open_tb for _, t in self._tb.get(p, ())]
 
     def _not_in_excerpt(self) -> str:
         open_tb = self._failing_tracebacks()
