@@ -629,12 +629,18 @@ def _functions(ctx: dict[str, Any], facts: LogFacts, line_hits: dict[str, tuple[
     }
 
 
+@functools.lru_cache(maxsize=1024)
+def _argument_condition(cond: Condition) -> Condition:
+    # one Condition per [let] (equal Conditions have the same source, so the same tree): it keeps its compiled form
+    return Condition(cond.source, cond.tree.args[0])  # type: ignore[union-attr]
+
+
 def _let_evidence(cond: Condition, env: dict[str, Any], funcs: dict[str, Callable], facts: LogFacts) -> Fact | None:
     """The line a [let] cites when it is one call of a histogram function: the first stats line at or above."""
     tree = cond.tree
     if not (isinstance(tree, Call) and tree.name in _EVIDENCE_FUNCTIONS and len(tree.args) == 1):
         return None
-    threshold = Condition(cond.source, tree.args[0]).evaluate(env, funcs)
+    threshold = _argument_condition(cond).evaluate(env, funcs)
     if not isinstance(threshold, (int, float)) or isinstance(threshold, bool):
         return None
     return facts.stats.first_at_or_above(float(threshold))
