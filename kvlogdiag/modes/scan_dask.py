@@ -97,7 +97,10 @@ def run_dask(todo: list[Entry], options: Any, max_bytes: int, njobs: int, schedu
         from distributed import as_completed
 
         if cluster is not None:
-            client.run(prepare_local_worker, options)
+            try:
+                client.run(prepare_local_worker, options)
+            except Exception:  # noqa: BLE001 - only a saving: a task builds its Analyzer itself, and fails as before
+                pass
         nworkers = max(1, len(client.scheduler_info().get("workers", {})) or njobs)
         size = max(1, min(BATCH_MAX, len(todo) // (nworkers * 8) or 1))
         order = sorted(todo, key=lambda e: -(e.size or 0))  # biggest first, as the local pool
