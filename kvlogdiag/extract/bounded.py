@@ -209,12 +209,9 @@ class FactColumn(Sequence):
 
     def __init__(self, facts: Any = (), key: Callable[[Any], Any] | None = None):
         self._key = key
-        self._values = _Values()
-        self._lines = _Ints()
-        self._runs = _Runs()
-        self._dps = _Runs()
-        self._ranks = Blocks("I")
-        self._sources = Blocks("I")
+        # an extractor makes ~18 columns per log and a few stay empty (3-4 of a small log's): an empty column
+        # shares read-only empty stores (no index of one is ever valid), and gets its own at its first append
+        self._values, self._lines, self._runs, self._dps, self._ranks, self._sources = _EMPTY_STORES
         self._rank_ids: dict[str | None, int] = {}
         self._rank_of: list[str | None] = []
         self._source_ids: dict[str, int] = {}
@@ -253,8 +250,14 @@ class FactColumn(Sequence):
         if self._kept.pop(i, None) is not None:
             self.texts_dropped += 1
 
+    def _own_stores(self) -> None:
+        self._values, self._lines, self._runs, self._dps = _Values(), _Ints(), _Runs(), _Runs()
+        self._ranks, self._sources = Blocks("I"), Blocks("I")
+
     def append(self, f: Fact) -> None:
         i = self._n
+        if self._values is _EMPTY_STORES[0]:
+            self._own_stores()
         self._values.append(f.value)
         self._lines.append(f.line)
         self._runs.append(f.run)
@@ -338,6 +341,9 @@ class FactColumn(Sequence):
 
     def __repr__(self) -> str:
         return f"FactColumn({list(self)!r})"
+
+
+_EMPTY_STORES = (_Values(), _Ints(), _Runs(), _Runs(), Blocks("I"), Blocks("I"))  # never appended to
 
 
 class FactColumns(dict):

@@ -231,6 +231,27 @@ def _keyword_trie(words: list[str], depth: int = 2) -> str:
     return "|".join(parts)
 
 
+class _Handlers(dict):
+    """pattern name → the extractor's bound ``_h_<name>``, bound at its first use: a small log dispatches a
+    handful of the ~100 patterns, and binding them all was a tenth of an extractor's construction. Every
+    pattern's handler is checked to exist once per process (an unknown name fails the first extractor)."""
+
+    _checked: set[int] = set()
+
+    def __init__(self, owner: Extractor, pats: Any) -> None:
+        super().__init__()
+        self.owner = owner
+        if id(pats) not in _Handlers._checked:
+            missing = [p.name for p in pats if not callable(getattr(type(owner), "_h_" + p.name, None))]
+            if missing:
+                raise AttributeError(f"Extractor has no handler for pattern(s) {', '.join(missing)}")
+            _Handlers._checked.add(id(pats))
+
+    def __missing__(self, name: str) -> Callable[[re.Match, Line, Fact], None]:
+        handler = self[name] = getattr(self.owner, "_h_" + name)
+        return handler
+
+
 class Extractor:
     """Feed lines in order; call `finish` for the facts."""
 
@@ -244,9 +265,7 @@ class Extractor:
         self._last_number = 0
         self.run_listeners: list[Callable[[LogFacts, LogFacts], None]] = []  # (finished run, new run)
         pats, self._by_kw, self._kw_re = _dispatch_tables()
-        self._handlers: dict[str, Callable[[re.Match, Line, Fact], None]] = {
-            p.name: getattr(self, "_h_" + p.name) for p in pats
-        }
+        self._handlers: dict[str, Callable[[re.Match, Line, Fact], None]] = _Handlers(self, pats)
         self._stats = next(p for p in pats if p.name == "stats")
         self.listeners: list[Callable[[str, Fact], None]] = []
         # stats lines folded into the summary a batch at a time (kvlogdiag/extract/stats_batch.py): only

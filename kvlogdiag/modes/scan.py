@@ -405,6 +405,18 @@ def _die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
+def freeze_heap() -> None:
+    """Collect once, then move every object alive (modules, catalogue, rules, the Analyzer) out of the
+    collector's generations (`gc.freeze`): a scan allocates cyclic garbage with every file (an extractor and its
+    bound handlers), and each full collection it triggers would walk the whole long-lived heap again — ~0.6 ms
+    of CPU per small log, a fifth of its cost (docs/performance.md, session 8). Only in a process the scan
+    owns (its own, a pool worker, a worker of its LocalCluster): frozen objects are never freed."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
 def _init_worker(options, max_bytes: int, window=None, timelines: bool = False, parent: int | None = None) -> None:
     """Process pool initialiser: one Analyzer per process (rules loaded once)."""
     import signal
@@ -422,6 +434,7 @@ def _init_worker(options, max_bytes: int, window=None, timelines: bool = False, 
         _WORKER["analyzer"] = Analyzer(options)
     _WORKER["analyzer"].window, _WORKER["analyzer"].timelines = window, timelines  # --since/--until, --html
     _WORKER["max_bytes"] = max_bytes
+    freeze_heap()
 
 
 def analyze_file(analyzer, source: str, path: str, max_bytes: int) -> list[dict[str, Any]]:
@@ -827,9 +840,18 @@ def _run(todo: list[Entry], analyzer, max_bytes: int, njobs: int, show: bool, ro
             run_dask(todo, analyzer.options, max_bytes, njobs, scheduler, done, rule_errors, start_bar)
             return False
         if njobs <= 1 or len(todo) < 16:
+            frozen = len(todo) >= 16  # a full collection costs a few ms: paid back after a few files
+            if frozen:
+                freeze_heap()
             start_bar()
-            for e in todo:
-                done([e], [analyze_file(analyzer, e.source, e.abspath, max_bytes)])
+            try:
+                for e in todo:
+                    done([e], [analyze_file(analyzer, e.source, e.abspath, max_bytes)])
+            finally:
+                if frozen:  # this process may be a caller's (the scan called as a library, the tests)
+                    import gc
+
+                    gc.unfreeze()
             rule_errors.extend(x.message for x in analyzer.rule_errors)
             return False
         return _run_pool(todo, analyzer, max_bytes, njobs, rule_errors, done, start_bar)

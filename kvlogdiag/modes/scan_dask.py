@@ -26,18 +26,35 @@ from typing import Any, Callable
 from kvlogdiag.modes.scan import Entry, _chunks, analyze_file, empty_row
 
 INSTALL_HINT = "pip install 'kvlogdiag[dask]'"
-BATCH_MAX = 64  # files per task: per-task scheduling costs ~1 ms, a batch of small logs ~50 ms
+BATCH_MAX = 256  # files per task: per-task scheduling costs ~1 ms, a batch of small logs ~0.5-1 s
+# our LocalCluster only (a --scheduler cluster keeps its own): the event loop's health check every 20 ms and the
+# system monitor (the dashboard's CPU / memory figures) every 500 ms run beside the task thread under the GIL
+LOCAL_CONFIG = {"distributed.worker.profile.enabled": False, "distributed.admin.tick.interval": "1s",
+                "distributed.admin.system-monitor.interval": "5s"}
 
 _ANALYZER: list = []  # in a worker: [options, Analyzer] of the last batch
 
 
-def scan_batch(options: Any, max_bytes: int, batch: list[tuple[str, str]]) -> tuple[list[list[dict]], list[str]]:
-    """The task run on a worker: rows of each (source, path) of ``batch``, and the rule errors raised meanwhile."""
+def _worker_analyzer(options: Any) -> Any:
     from kvlogdiag.pipeline import Analyzer
 
     if not _ANALYZER or _ANALYZER[0] != options:
         _ANALYZER[:] = [options, Analyzer(options)]
-    analyzer = _ANALYZER[1]
+    return _ANALYZER[1]
+
+
+def prepare_local_worker(options: Any) -> None:
+    """Run on each worker of the LocalCluster the scan started (`Client.run`), before any task: its Analyzer
+    built, then `kvlogdiag.modes.scan.freeze_heap` — the worker process is the scan's, and ends with it."""
+    from kvlogdiag.modes.scan import freeze_heap
+
+    _worker_analyzer(options)
+    freeze_heap()
+
+
+def scan_batch(options: Any, max_bytes: int, batch: list[tuple[str, str]]) -> tuple[list[list[dict]], list[str]]:
+    """The task run on a worker: rows of each (source, path) of ``batch``, and the rule errors raised meanwhile."""
+    analyzer = _worker_analyzer(options)
     rows = [analyze_file(analyzer, src, path, max_bytes) for src, path in batch]
     errors = [e.message for e in analyzer.rule_errors]
     del analyzer.rule_errors[:]
@@ -64,7 +81,7 @@ def _client(scheduler: str | None, njobs: int):
 
     # no dashboard, so nothing reads the workers' statistical profiler: it samples the running task's stack
     # every 10 ms under the GIL (the nannies pass this configuration on to the worker processes)
-    with dask.config.set({"distributed.worker.profile.enabled": False}):
+    with dask.config.set(LOCAL_CONFIG):
         cluster = LocalCluster(n_workers=njobs, threads_per_worker=1, processes=True, dashboard_address=None,
                                silence_logs=logging.ERROR)
     return Client(cluster), cluster
@@ -79,6 +96,11 @@ def run_dask(todo: list[Entry], options: Any, max_bytes: int, njobs: int, schedu
     try:
         from distributed import as_completed
 
+        if cluster is not None:
+            try:
+                client.run(prepare_local_worker, options)
+            except Exception:  # noqa: BLE001 - only a saving: a task builds its Analyzer itself, and fails as before
+                pass
         nworkers = max(1, len(client.scheduler_info().get("workers", {})) or njobs)
         size = max(1, min(BATCH_MAX, len(todo) // (nworkers * 8) or 1))
         order = sorted(todo, key=lambda e: -(e.size or 0))  # biggest first, as the local pool

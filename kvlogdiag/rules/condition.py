@@ -8,7 +8,9 @@ Each rule (TOML) has a ``condition`` such as::
     any_line('Maximum concurrency for \\d+ tokens') or count("OOM") > 0
 
 The text is tokenized and parsed by hand into an immutable tree; it never
-reaches ``eval``/``exec``/``compile`` or the ``ast`` module.
+reaches ``eval``/``exec``/``compile`` or the ``ast`` module. (`rules/compiled.py`
+compiles Python generated from the tree's *shape*: every literal and name is
+a bound constant, never source text.)
 
 Language
   * literals: ints (``65_536``), floats (``0.90``, ``1e3``), strings in single
@@ -65,6 +67,7 @@ MAX_NODES = 500
 MAX_DIGITS = 30
 MAX_STEPS = 10_000
 MAX_MAGNITUDE = 1e300
+COMPILE_AFTER = 3  # evaluations of one Condition before it runs compiled (rules/compiled.py)
 MAX_ROUND_DIGITS = 20  # round(x, n): |n| beyond this means nothing for a figure; round(1, -10**9) builds 10**(10**9)
 
 _E = TypeVar("_E", bound="_PositionedError")
@@ -526,6 +529,18 @@ def bounded_round(x: Any, n: Any = 0) -> int | float | None:
     return _bounded(round(x, digits))
 
 
+def _call_function(functions: Mapping[str, Callable[..., Any]], node: Call, *args: Any) -> Any:
+    fn = functions.get(node.name)
+    if fn is None:
+        raise EvaluationError(f"function {node.name!r} is not available", node.pos)
+    try:
+        return _normalize(fn(*args))
+    except EvaluationError:
+        raise
+    except Exception as exc:  # one broken function must not crash the whole run
+        raise EvaluationError(f"function {node.name!r} failed: {exc}", node.pos) from exc
+
+
 def _is_null_literal(node: Node) -> bool:
     return isinstance(node, Literal) and node.value is None
 
@@ -572,15 +587,7 @@ class _Evaluator:
         raise EvaluationError(f"unknown node {type(node).__name__}")
 
     def _call(self, node: Call, args: list[Any]) -> Any:
-        fn = self.functions.get(node.name)
-        if fn is None:
-            raise EvaluationError(f"function {node.name!r} is not available", node.pos)
-        try:
-            return _normalize(fn(*args))
-        except EvaluationError:
-            raise
-        except Exception as exc:  # one broken function must not crash the whole run
-            raise EvaluationError(f"function {node.name!r} failed: {exc}", node.pos) from exc
+        return _call_function(self.functions, node, *args)
 
     @staticmethod
     def _unary(node: Unary, value: Any) -> Any:
@@ -775,7 +782,16 @@ class Condition:
                  functions: Mapping[str, Callable[..., Any]] | None = None,
                  *, max_steps: int = MAX_STEPS) -> Any:
         """Evaluate against ``env`` (missing names are null); EvaluationError on failure."""
+        compiled = self.__dict__.get("_compiled")
+        if compiled is None and "_compiled" not in self.__dict__:
+            # compiled on its COMPILE_AFTER-th evaluation: a one-file analyze evaluates each condition once and
+            # would only pay the compile (~0.1 ms each); a scan evaluates each thousands of times
+            uses = self.__dict__["_uses"] = self.__dict__.get("_uses", 0) + 1
+            if uses >= COMPILE_AFTER:
+                compiled = self._compiled
         try:
+            if compiled is not None and compiled[1] <= max_steps:  # cannot run out of steps: no count kept
+                return compiled[0](env, functions or {})
             return self._program(_Evaluator(env, functions or {}, max_steps))
         except RecursionError:
             raise EvaluationError("condition is nested too deeply to evaluate") from None
@@ -801,8 +817,15 @@ class Condition:
     def _program(self) -> _Program:
         return _program(self.tree)
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "_program"}  # closures do not pickle: rebuilt on use
+    @functools.cached_property
+    def _compiled(self) -> Any:
+        """`kvlogdiag.rules.compiled.compile_tree` of the tree: (function, most steps), or None."""
+        from kvlogdiag.rules.compiled import compile_tree
+
+        return compile_tree(self.tree)
+
+    def __getstate__(self) -> dict[str, Any]:  # closures and generated functions do not pickle: rebuilt on use
+        return {k: v for k, v in self.__dict__.items() if k not in ("_program", "_compiled", "_uses")}
 
 
 @functools.lru_cache(maxsize=256)

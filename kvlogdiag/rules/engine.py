@@ -182,6 +182,16 @@ class Rule:
     def max_severity(self) -> str:
         return max((c.severity for c in self.checks), key=lambda s: SEVERITY_RANK[s], default=self.severity)
 
+    @property
+    def param_env(self) -> dict[str, Any]:
+        """``params.<name>`` → value of the rule's own params, as `evaluate` adds them without --param overrides
+        (kept while ``params`` is the same dict with the same items: `evaluate` asks for it per rule per log)."""
+        key = tuple(self.params.items())
+        got = self.__dict__.get("_param_env")
+        if got is None or got[0] != key:
+            got = self.__dict__["_param_env"] = (key, {f"params.{k}": v for k, v in self.params.items()})
+        return got[1]
+
     @functools.cached_property
     def names_used(self) -> frozenset[str]:
         """`rule_names_used`, computed once: `evaluate` asks for every rule on every log (a scan: thousands)."""
@@ -635,12 +645,18 @@ def _functions(ctx: dict[str, Any], facts: LogFacts, line_hits: dict[str, tuple[
     }
 
 
+@functools.lru_cache(maxsize=1024)
+def _argument_condition(cond: Condition) -> Condition:
+    # one Condition per [let] (equal Conditions have the same source, so the same tree): it keeps its compiled form
+    return Condition(cond.source, cond.tree.args[0])  # type: ignore[union-attr]
+
+
 def _let_evidence(cond: Condition, env: dict[str, Any], funcs: dict[str, Callable], facts: LogFacts) -> Fact | None:
     """The line a [let] cites when it is one call of a histogram function: the first stats line at or above."""
     tree = cond.tree
     if not (isinstance(tree, Call) and tree.name in _EVIDENCE_FUNCTIONS and len(tree.args) == 1):
         return None
-    threshold = Condition(cond.source, tree.args[0]).evaluate(env, funcs)
+    threshold = _argument_condition(cond).evaluate(env, funcs)
     if not isinstance(threshold, (int, float)) or isinstance(threshold, bool):
         return None
     return facts.stats.first_at_or_above(float(threshold))
@@ -797,9 +813,13 @@ def evaluate(rules: RuleSet, facts: LogFacts, analysis: dict, options: Options |
                 continue
             env.update(values)
             rule_prov = {**prov, **extra}
-        params = dict(rule.params)
-        params.update(opts.params.get(rule.code, {}))
-        env.update({f"params.{k}": v for k, v in params.items()})
+        override = opts.params.get(rule.code)
+        if override:
+            params = dict(rule.params)
+            params.update(override)
+            env.update({f"params.{k}": v for k, v in params.items()})
+        else:
+            env.update(rule.param_env)
         try:
             for lname, cond in rule.lets:
                 gs, value = cond.null_guards
@@ -807,9 +827,10 @@ def evaluate(rules: RuleSet, facts: LogFacts, analysis: dict, options: Options |
                     env[lname] = value  # and _let_evidence would find nothing: it needs a call, never guarded
                     continue
                 env[lname] = cond.evaluate(env, funcs)
-                ev = _let_evidence(cond, env, funcs, facts)
-                if ev is not None:
-                    rule_prov = {**rule_prov, lname: ev}
+                if type(cond.tree) is Call and cond.tree.name in _EVIDENCE_FUNCTIONS:  # what _let_evidence looks for
+                    ev = _let_evidence(cond, env, funcs, facts)
+                    if ev is not None:
+                        rule_prov = {**rule_prov, lname: ev}
             for check in rule.checks:
                 gs = check.when.check_guards
                 if gs and decided(gs, env):  # false without evaluating it
