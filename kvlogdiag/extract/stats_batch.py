@@ -21,11 +21,13 @@ the timelines of ``scan --html``, and is the oracle of ``tests/test_stats_batch.
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from math import isfinite as _isfinite
 from typing import Any, Callable
 
 from kvlogdiag.catalogue.patterns import STATS_TAIL
+from kvlogdiag.input.reader import _ANSI, RECORD_WINDOW, proc_prefix
 from kvlogdiag.extract.facts import KV_USAGE_STEPS, SERIES, SERIES_MAX_VALUES, Fact, LogFacts, UsageBucket
 
 BATCH_LINES = 1024  # matches held at most (each with its Line): memory stays flat (~1 MB)
@@ -78,7 +80,12 @@ def _head(m: Any) -> tuple:
 
 def parse_stats(m: Any) -> tuple | None:
     """`stats_values` without its cache."""
-    e, agg, ptps, gtps, running_s, swapped, pending, waiting_s, rest = _head(m)
+    return _parse(*_head(m))
+
+
+def _parse(e: str | None, agg: str | None, ptps: str | None, gtps: str | None, running_s: str, swapped: str | None,
+           pending: str | None, waiting_s: str | None, rest: str | None) -> tuple | None:
+    """The figures of a stats line from its head groups (None: a group that took no part)."""
     try:
         running = int(running_s)
         ws = waiting_s if waiting_s is not None else pending
@@ -271,13 +278,14 @@ def _count_series(series: dict, active: list[tuple]) -> None:
                 v = col[k]
                 counts[v] = counts.get(v, 0) + 1
                 k += 1
-            memo = _ROUNDED  # looked up inline: a call per value cost more than the f-string it saves
-            col = [memo[v] if v and v in memo else _rounded(v) for v in col[k:]]
+            # float(f"{v:.3g}") a column at a time (as _rounded: a zero of either sign or type gives its float)
+            col = list(map(float, map(_FMT3, col[k:])))
         # Counter keeps first-seen order, so new keys enter `counts` in the order add_samples adds them
         for v, n in Counter(col).items():
             counts[v] = counts.get(v, 0) + n
 
 
+_FMT3 = "{:.3g}".format
 _ROUNDED: dict[float, float] = {}  # value -> float(f"{v:.3g}"): the figures of a busy server repeat
 _ROUNDED_MAX = 4096
 
@@ -293,3 +301,122 @@ def _rounded(v: float) -> float:
             _ROUNDED.clear()
         r = _ROUNDED[v] = float(f"{v:.3g}")
     return r
+
+
+# -- a run of stats lines read as one text (`kvlogdiag.input.reader.StatsRun`) ------------------------------
+# The lines of a run are joined and read with a few `findall` calls over the whole text, the figures converted a
+# column at a time. This is exact only for lines the per-line reader would hand over unchanged, so a run is read
+# so only when its text is ASCII, has no ANSI code left, no carriage return inside a line, no alignment spaces,
+# tab or '#' (what `normalise_message` rewrites), every line starts with a vLLM process prefix or a bare record
+# head (`split_envelope`'s fast paths: no envelope learnt, no metadata but the IP) and holds the keyword exactly
+# once. Then:
+#
+# * the tail (the pattern after its optional head) starts with that keyword, a literal `re` finds at C speed,
+#   and cannot cross a line (nothing in it matches a newline; in MULTILINE form its `$` ends each line): n
+#   matches are the n lines' matches, in order, and each starts at the line's only keyword, where the per-line
+#   leftmost match has its tail;
+# * the head ("Engine N: " / "N Engines Aggregated: ", right before the keyword) is read from the reversed text,
+#   where it follows the keyword (`_REV_HEAD`, the head of `STATS_HEAD` read backwards; the aggregated count's
+#   look-behind becomes a look-ahead); the char before a line's text in the run (a prefix's ")" or " ", a
+#   newline) is no digit, as nothing is before it in the line;
+# * the tail's rest in vLLM V1's usual form (", [Preemptions: N, ]GPU KV cache usage: X%, Prefix cache hit rate:
+#   Y%") is read by the same findall (`_V1_REST`: the rest group captures the same text), any other rest with
+#   `STATS_TAIL` as `parse_stats` does.
+
+STATS_HEAD = r"(?:(?:Engine (?P<engine>\d+)|(?<!\d)(?P<aggregated>\d+) Engines Aggregated): )?Avg prompt throughput: "
+_KEY = "Avg prompt throughput: "
+_REV_HEAD = re.compile(re.escape(_KEY[::-1]) + r"(?: :(\d+) enignE| :detagerggA senignE (\d+)(?!\d))?")
+_V1_REST = r"(?P<rest>(?:, Preemptions: (\d+))?, GPU KV cache usage: ([\d.]+)%, Prefix cache hit rate: ([\d.]+)%|.*)$"
+_PROC_HEADS = re.compile(r"\n(\([^)\n]{0,%d}\))" % (RECORD_WINDOW - 2))  # split_envelope: ")" found before RECORD_WINDOW
+_BARE_HEADS = re.compile(r"\n(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d ")  # reader._HEAD
+_LINE_SAFE = ("\\s", "\\S", "\\D", "\\W", "[^", "^", "\\Z", "\\n", "(?P<rest>")  # could cross or anchor a line
+_TAIL_GROUPS = ("prompt_tps", "gen_tps", "running", "swapped", "pending", "waiting", "rest")
+_RUN_RX: list = [None, None]  # (stats regex, its tail's MULTILINE form, or None: runs are read line by line) of the last call
+
+
+def _run_regex(rx: re.Pattern) -> re.Pattern | None:
+    if _RUN_RX[0] is rx:
+        return _RUN_RX[1]
+    tail = rx.pattern[len(STATS_HEAD):]
+    ok = (rx.pattern.startswith(STATS_HEAD) and tail.endswith("(?P<rest>.*)$")
+          and not rx.flags & (re.DOTALL | re.VERBOSE | re.IGNORECASE | re.ASCII)
+          and not any(t in tail[: -len("(?P<rest>.*)$")] for t in _LINE_SAFE))
+    brx = None
+    if ok:
+        brx = re.compile(re.escape(_KEY) + tail[: -len("(?P<rest>.*)$")] + _V1_REST, rx.flags | re.M)
+        if brx.groups != len(_TAIL_GROUPS) + 3 or any(brx.groupindex.get(n) != i + 1 for i, n in enumerate(_TAIL_GROUPS)):
+            brx = None
+    _RUN_RX[:] = [rx, brx]
+    return brx
+
+
+def read_run(rx: re.Pattern, parts: list[bytes]) -> list | None:
+    """The figures (`stats_values`, None for a damaged line) of each line of a run of stats lines (their bytes,
+    without newlines), as the per-line path reads them; None when the run is not in the plain form read here."""
+    brx = _run_regex(rx)
+    if brx is None:
+        return None
+    blob = b"\n".join(parts)
+    if not blob.isascii():
+        return None
+    if b"\r" in blob:  # CRLF line ends (make_line strips the trailing \r); a \r left is a progress bar's
+        blob = blob.replace(b"\r\n", b"\n")
+        if blob.endswith(b"\r"):
+            blob = blob[:-1]
+        if b"\r" in blob:
+            return None
+    text = "\n" + blob.decode("ascii")
+    if "\x1b" in text:
+        text = _ANSI.sub("", text)  # no ANSI code spans a newline
+    if "  " in text or "\t" in text or "#" in text or "\x00" in text:
+        return None
+    n = len(parts)
+    if text.count("Avg prompt throughput") != n:
+        return None
+    heads = _PROC_HEADS.findall(text)
+    if len(heads) == n:
+        if not all(proc_prefix(k) for k in set(heads)):
+            return None
+    elif heads or len(_BARE_HEADS.findall(text)) != n:
+        return None
+    rows = brx.findall(text)
+    if len(rows) != n:
+        return None
+    heads = _REV_HEAD.findall(text[::-1])
+    if len(heads) != n:
+        return None
+    heads.reverse()
+    cols = list(zip(*rows))
+    got = _columns(cols, heads) if all(cols[8]) and not any(cols[3]) else None
+    if got is not None:
+        return got
+    out = []
+    for (e, agg), row in zip(heads, rows):
+        # findall gives "" for a group that took no part; none of these can match empty
+        ptps, gtps, running, swapped, pending, waiting, rest = row[:7]
+        out.append(_parse(e[::-1] or None, agg[::-1] or None, ptps, gtps, running, swapped or None, pending or None,
+                          waiting or None, rest))
+    return out
+
+
+def _columns(cols: list, heads: list) -> list | None:
+    """`read_run`'s figures of V1 lines with the usual rest, a column at a time (None: a figure needs the
+    per-line reading, e.g. a damaged number)."""
+    ptps, gtps, running_s, _swapped, _pending, waiting_s, _rest, pre_s, usage_s, hit_s = cols
+    n = len(ptps)
+    if max(map(len, ptps)) > 40 or max(map(len, gtps)) > 40:
+        return None
+    try:
+        running = list(map(int, running_s))
+        waiting = list(map(int, waiting_s))
+        pv = list(map(float, ptps))
+        gv = list(map(float, gtps))
+        usages = list(zip(map(float, usage_s)))
+        hit = list(map(float, hit_s))
+        pre = [int(p) if p else None for p in pre_s] if any(pre_s) else [None] * n
+        engine = [int(e[::-1]) if e else None for e, _ in heads]
+    except ValueError:
+        return None
+    agg = [a != "" for _, a in heads]
+    false, zero = [False] * n, [0] * n
+    return list(zip(engine, agg, false, running, waiting, zero, pre, usages, hit, pv, gv))
