@@ -27,8 +27,8 @@ from math import isfinite as _isfinite
 from typing import Any, Callable
 
 from kvlogdiag.catalogue.patterns import STATS_TAIL
-from kvlogdiag.input.reader import _ANSI, RECORD_WINDOW, proc_prefix
 from kvlogdiag.extract.facts import KV_USAGE_STEPS, SERIES, SERIES_MAX_VALUES, Fact, LogFacts, UsageBucket
+from kvlogdiag.input.reader import _ANSI, RECORD_WINDOW, proc_prefix
 
 BATCH_LINES = 1024  # matches held at most (each with its Line): memory stays flat (~1 MB)
 
