@@ -23,7 +23,10 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from functools import reduce
+from itertools import chain, compress
 from math import isfinite as _isfinite
+from operator import add, itemgetter
 from typing import Any, Callable
 
 from kvlogdiag.catalogue.patterns import STATS_TAIL
@@ -146,7 +149,11 @@ def _usage_step(pct: float) -> int:
 def fold(facts: LogFacts, batch: list, fact_of: Callable[[Any], Fact]) -> None:
     """Fold ``batch`` — (values of `stats_values`, line) pairs of consecutive stats lines, in log order —
     into ``facts.stats`` exactly as one ``Extractor._h_stats`` call per line would (listeners aside: the
-    batch is used only when nobody listens). ``fact_of(line)`` builds a line's `Fact`."""
+    batch is used only when nobody listens). ``fact_of(line)`` builds a line's `Fact`.
+
+    The batch is folded a figure (a column) at a time: maxima with ``max``, counts with ``count``, first and
+    last lines with ``index`` and dicts built from (key, index) pairs, the float sums added in line order
+    (``functools.reduce``: ``sum()`` of floats is compensated from Python 3.12 and would change the figures)."""
     if not batch:
         return
     st = facts.stats
@@ -158,118 +165,123 @@ def fold(facts: LogFacts, batch: list, fact_of: Callable[[Any], Fact]) -> None:
             f = made[i] = fact_of(batch[i][1])
         return f
 
-    lines = st.lines
-    engines = st.engines
-    rmax, wmax = st.running_max, st.waiting_max
-    busy = st.busy_lines
-    ptot, plines = st.preemptions_total, st.preemption_lines
-    pfirst: int | None = None
-    samples = st.kv_usage_samples
-    klast = st.kv_usage_last
-    kmax = st.kv_usage_max
-    kmax_i: int | None = None
-    hit_last = st.prefix_hit_last
-    deferred_lines = st.deferred_lines
-    single_n = st.single_running_with_queue
-    single_first: int | None = None
-    single_kmax = st.single_running_kv_usage_max
-    wl_lines, wl_p, wl_g, wl_r, wl_u = st.workload_lines, st.prompt_tps_sum, st.gen_tps_sum, st.running_sum, st.kv_usage_running_sum
-    wl_first: int | None = None
-    wl_last: int | None = None
-    touched: dict[int, list] = {}  # usage step -> [count, first index (new bucket) or None, last index]
-    active: list[tuple] = []
-    v0_engine: int | None = None
-    for i, (vals, _line) in enumerate(batch):
-        engine, aggregated, v0, running, waiting, deferred, preemptions, usages, hit, ptps, gtps = vals
-        if v0 and v0_engine is None and not facts.engine:
-            v0_engine = i
-        lines += 1
-        if engine is not None:
-            engines.add(engine)
-        if rmax is None or running > rmax:  # max(), without the call
-            rmax = running
-        if wmax is None or waiting > wmax:
-            wmax = waiting
-        if running or waiting:
-            busy += 1
-        if preemptions is not None:
-            ptot += preemptions
-            if preemptions:
-                plines += 1
-                if pfirst is None and st.preemption_first is None:
-                    pfirst = i
-        for u in usages:
-            samples += 1
-            klast = u
-            if kmax is None or u > kmax:
-                kmax, kmax_i = u, i
-            step = _usage_step(u)
-            t = touched.get(step)
-            if t is None:
-                touched[step] = [1, None if step in st.kv_usage_hist else i, i]
+    n = len(batch)
+    engine, aggregated, v0, running, waiting, deferred, preemptions, usages, hit, ptps, gtps = zip(*map(_first, batch))
+    v0_engine = v0.index(True) if True in v0 and not facts.engine else None
+    st.lines += n
+    engines = set(engine)
+    engines.discard(None)
+    st.engines.update(engines)
+    m = max(running)
+    if st.running_max is None or m > st.running_max:
+        st.running_max = m
+    m = max(waiting)
+    if st.waiting_max is None or m > st.waiting_max:
+        st.waiting_max = m
+    st.busy_lines += n - list(zip(running, waiting)).count((0, 0))
+    if preemptions.count(None) != n:
+        got = [p for p in preemptions if p is not None]
+        st.preemptions_total += sum(got)  # ints: exact in any order
+        nonzero = len(got) - got.count(0)
+        st.preemption_lines += nonzero
+        if nonzero and st.preemption_first is None:
+            st.preemption_first = fact(next(i for i, p in enumerate(preemptions) if p))
+    # the usages, flat, with the index of their line; each line's last usage (the line's `usage`)
+    if set(map(len, usages)) == {1}:
+        flat: list = [u for (u,) in usages]
+        where: Any = range(n)
+        usage: Any = flat
+    else:
+        flat = list(chain.from_iterable(usages))
+        where = [i for i, us in enumerate(usages) for _ in us]
+        usage = [us[-1] if us else None for us in usages]
+    if flat:
+        st.kv_usage_samples += len(flat)
+        st.kv_usage_last = flat[-1]
+        m = max(flat)  # the first of the greatest, as a running "u > kmax" keeps it
+        if st.kv_usage_max is None or m > st.kv_usage_max:
+            st.kv_usage_max = m
+            st.kv_usage_max_fact = fact(where[flat.index(m)])
+        steps = list(map(_STEPS.get, flat))
+        if None in steps:
+            steps = [s if s is not None else _step(u) for s, u in zip(steps, flat)]
+        hist = st.kv_usage_hist
+        last_at = dict(zip(steps, where))
+        first_at = dict(zip(reversed(steps), reversed(where)))
+        for step, count in Counter(steps).items():  # first-touch order: new buckets as add_kv_usage adds them
+            b = hist.get(step)
+            if b is None:
+                hist[step] = UsageBucket(count, fact(first_at[step]), fact(last_at[step]))
             else:
-                t[0] += 1
-                t[2] = i
-        if hit is not None:
-            hit_last = hit
-        if deferred:
-            deferred_lines += 1
-        usage = usages[-1] if usages else None
-        if running == 1 and waiting - deferred > 0:
-            single_n += 1
-            if single_first is None and st.single_running_first is None:
-                single_first = i
-            if usage is not None and (single_kmax is None or usage > single_kmax):
-                single_kmax = usage
-        if running and usage is not None and not v0 and not aggregated:
-            wl_lines += 1
-            wl_p += ptps or 0.0
-            wl_g += gtps or 0.0
-            wl_r += running
-            wl_u += usage
-            if wl_first is None and st.workload_first is None:
-                wl_first = i
-            wl_last = i
-        if running or waiting or ptps or gtps:
-            active.append((ptps, gtps, running, waiting, usage, hit))
+                b.count += count
+                b.last = fact(last_at[step])
+    if hit.count(None) != n:
+        st.prefix_hit_last = next(h for h in reversed(hit) if h is not None)
+    st.deferred_lines += n - deferred.count(0)
+    if 1 in running:
+        i = -1
+        while True:
+            try:
+                i = running.index(1, i + 1)
+            except ValueError:
+                break
+            if waiting[i] - deferred[i] > 0:
+                st.single_running_with_queue += 1
+                if st.single_running_first is None:
+                    st.single_running_first = fact(i)
+                u = usage[i]
+                if u is not None and (st.single_running_kv_usage_max is None or u > st.single_running_kv_usage_max):
+                    st.single_running_kv_usage_max = u
+    # one engine's V1 line with a usage and requests running: the workload sums
+    if True not in v0 and True not in aggregated and None not in usage:
+        wl = list(compress(range(n), running))
+    else:
+        wl = [i for i in range(n) if running[i] and usage[i] is not None and not v0[i] and not aggregated[i]]
+    if wl:
+        st.workload_lines += len(wl)
+        p = list(map(ptps.__getitem__, wl))
+        g = list(map(gtps.__getitem__, wl))
+        st.prompt_tps_sum = reduce(add, p if None not in p else [x or 0.0 for x in p], st.prompt_tps_sum)
+        st.gen_tps_sum = reduce(add, g if None not in g else [x or 0.0 for x in g], st.gen_tps_sum)
+        st.running_sum = reduce(add, map(running.__getitem__, wl), st.running_sum)
+        st.kv_usage_running_sum = reduce(add, map(usage.__getitem__, wl), st.kv_usage_running_sum)
+        if st.workload_first is None:
+            st.workload_first = fact(wl[0])
+        st.workload_last = fact(wl[-1])
+    # distributions over active lines only (running, waiting or a throughput)
+    active = list(compress(range(n), map(any, zip(running, waiting, ptps, gtps))))
+    if active:
+        cols = (ptps, gtps, running, waiting, usage, hit)
+        if len(active) < n:
+            pick = [list(map(c.__getitem__, active)) for c in cols]
+        else:
+            pick = [list(c) for c in cols]
+        _count_series(st.series, pick)
     if v0_engine is not None:
         f = fact(v0_engine)
         facts.engine.append(Fact("v0", f.line, f.rank, f.raw, "v0_stats", f.run, f.dp))
-    st.lines, st.running_max, st.waiting_max, st.busy_lines = lines, rmax, wmax, busy
-    st.preemptions_total, st.preemption_lines = ptot, plines
-    if pfirst is not None:
-        st.preemption_first = fact(pfirst)
-    st.kv_usage_samples, st.kv_usage_last, st.kv_usage_max = samples, klast, kmax
-    if kmax_i is not None:
-        st.kv_usage_max_fact = fact(kmax_i)
-    hist = st.kv_usage_hist
-    for step, (count, first, last) in touched.items():  # first-touch order: new buckets as add_kv_usage adds them
-        b = hist.get(step)
-        if b is None:
-            hist[step] = UsageBucket(count, fact(first), fact(last))
-        else:
-            b.count += count
-            b.last = fact(last)
-    st.prefix_hit_last, st.deferred_lines = hit_last, deferred_lines
-    st.single_running_with_queue, st.single_running_kv_usage_max = single_n, single_kmax
-    if single_first is not None:
-        st.single_running_first = fact(single_first)
-    st.workload_lines, st.prompt_tps_sum, st.gen_tps_sum, st.running_sum, st.kv_usage_running_sum = wl_lines, wl_p, wl_g, wl_r, wl_u
-    if wl_first is not None:
-        st.workload_first = fact(wl_first)
-    if wl_last is not None:
-        st.workload_last = fact(wl_last)
-    if active:
-        _count_series(st.series, active)
 
 
-def _count_series(series: dict, active: list[tuple]) -> None:
-    """``StatsSummary.add_samples`` for each of ``active``'s lines, one figure at a time."""
+_first = itemgetter(0)
+_STEPS: dict[float, int] = {}  # usage -> its histogram step: a usage is printed with one decimal, so they repeat
+
+
+def _step(u: float) -> int:
+    if len(_STEPS) >= 4096:
+        _STEPS.clear()
+    s = _STEPS[u] = _usage_step(u)
+    return s
+
+
+def _count_series(series: dict, cols: list) -> None:
+    """``StatsSummary.add_samples`` for each active line, one figure at a time: ``cols`` holds each figure's
+    values over those lines, in `SERIES` order (None: the line has no such figure)."""
     if not series:
         series.update((name, {}) for name in SERIES)
-    for j, name in enumerate(SERIES):
+    for name, col in zip(SERIES, cols):
         counts = series[name]
-        col = [t[j] for t in active if t[j] is not None]
+        if None in col:
+            col = [v for v in col if v is not None]
         k = 0
         if len(counts) + len(col) > SERIES_MAX_VALUES:
             # one value at a time until the cap is reached; from then on (a dict never shrinks) every value
