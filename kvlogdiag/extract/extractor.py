@@ -21,7 +21,7 @@ from kvlogdiag.extract.failures import StartupTracker
 from kvlogdiag.extract.platform import RECORD as PLATFORM_RECORD
 from kvlogdiag.extract.platform import evidence as platform_evidence
 from kvlogdiag.extract.pyrepr import CLASS_KEY, parse_json_or_repr, parse_repr, scalar, split_key_values, unwrap_path
-from kvlogdiag.extract.stats_batch import BATCH_LINES, _float, fold, read_run, stats_values
+from kvlogdiag.extract.stats_batch import BATCH_LINES, _float, fold, read_run, run_raw, stats_values
 from kvlogdiag.input.reader import Line, StatsRun
 
 # config keys kvlogdiag tracks; args dicts use argparse dest names
@@ -332,8 +332,12 @@ class Extractor:
         fold(self.facts, batch, self._stats_fact)
 
     def _stats_fact(self, ref: Line | tuple) -> Fact:
-        # a held line: its Line, or (StatsRun, index) for a line of a run
-        return self._fact(None, ref if ref.__class__ is Line else ref[0].line(ref[1]), "stats")  # type: ignore[union-attr,index]
+        # a held line: its Line, or (StatsRun, index) for a line of a run (read_run took it: run_raw is make_line's)
+        if ref.__class__ is Line:
+            return self._fact(None, ref, "stats")  # type: ignore[arg-type]
+        run, i = ref  # type: ignore[misc]
+        raw, rank = run_raw(run.parts[i])
+        return Fact(None, run.numbers[i], rank, raw, "stats", self._run, dp_of_rank(rank))
 
     def finish(self, lines_read: int, long_lines: int = 0) -> LogFacts:
         """The facts of the last (current) run; every run's facts are in ``self.runs``."""

@@ -20,6 +20,7 @@ the timelines of ``scan --html``, and is the oracle of ``tests/test_stats_batch.
 
 from __future__ import annotations
 
+import collections
 import math
 import re
 from collections import Counter
@@ -202,7 +203,7 @@ def fold(facts: LogFacts, batch: list, fact_of: Callable[[Any], Fact]) -> None:
         if st.kv_usage_max is None or m > st.kv_usage_max:
             st.kv_usage_max = m
             st.kv_usage_max_fact = fact(where[flat.index(m)])
-        steps = list(map(_STEPS.get, flat))
+        steps: list = list(map(_STEPS.get, flat))
         if None in steps:
             steps = [s if s is not None else _step(u) for s, u in zip(steps, flat)]
         hist = st.kv_usage_hist
@@ -262,6 +263,13 @@ def fold(facts: LogFacts, batch: list, fact_of: Callable[[Any], Fact]) -> None:
         facts.engine.append(Fact("v0", f.line, f.rank, f.raw, "v0_stats", f.run, f.dp))
 
 
+def _count_in_python(counts: dict, values: Any) -> None:
+    for v in values:
+        counts[v] = counts.get(v, 0) + 1
+
+
+# the C loop behind collections.Counter (stdlib, 3.10-3.13): `_count_in_python` where an interpreter lacks it
+_count_elements = getattr(collections, "_count_elements", _count_in_python)
 _first = itemgetter(0)
 _STEPS: dict[float, int] = {}  # usage -> its histogram step: a usage is printed with one decimal, so they repeat
 
@@ -292,9 +300,8 @@ def _count_series(series: dict, cols: list) -> None:
                 k += 1
             # float(f"{v:.3g}") a column at a time (as _rounded: a zero of either sign or type gives its float)
             col = list(map(float, map(_FMT3, col[k:])))
-        # Counter keeps first-seen order, so new keys enter `counts` in the order add_samples adds them
-        for v, n in Counter(col).items():
-            counts[v] = counts.get(v, 0) + n
+        # counts[v] = counts.get(v, 0) + 1 for each value in order (what add_samples does), in C
+        _count_elements(counts, col)
 
 
 _FMT3 = "{:.3g}".format
@@ -426,9 +433,38 @@ def _columns(cols: list, heads: list) -> list | None:
         usages = list(zip(map(float, usage_s)))
         hit = list(map(float, hit_s))
         pre = [int(p) if p else None for p in pre_s] if any(pre_s) else [None] * n
-        engine = [int(e[::-1]) if e else None for e, _ in heads]
+        erev, arev = zip(*heads)
+        engine = list(map(_ENGINES.get, erev))  # the few engine numbers of a log, remembered
+        if None in engine:
+            engine = [x if x is not None else _engine(e) for x, e in zip(engine, erev)]
     except ValueError:
         return None
-    agg = [a != "" for _, a in heads]
+    agg = [a != "" for a in arev] if any(arev) else [False] * n
     false, zero = [False] * n, [0] * n
     return list(zip(engine, agg, false, running, waiting, zero, pre, usages, hit, pv, gv))
+
+
+_ENGINES: dict[str, int | None] = {"": None}  # an "Engine N: " head's digits, reversed -> N ("": no such head)
+
+
+def _engine(rev: str) -> int | None:
+    if len(_ENGINES) >= 4096:
+        _ENGINES.clear()
+        _ENGINES[""] = None
+    v = _ENGINES[rev] = int(rev[::-1]) if rev else None
+    return v
+
+
+def run_raw(part: bytes) -> tuple[str, str | None]:
+    """(raw, rank) of `make_line` for a line of a run `read_run` read (ASCII, at most a trailing carriage return,
+    a vLLM process prefix or none): what a kept line's `Fact` needs, without the rest of `make_line`."""
+    raw = part.decode("ascii")
+    if raw[-1:] == "\r":
+        raw = raw[:-1]
+    if "\x1b" in raw:
+        raw = _ANSI.sub("", raw)
+    if raw[:1] == "(":
+        hit = proc_prefix(raw[: raw.find(")", 1, RECORD_WINDOW) + 1])
+        assert isinstance(hit, tuple)  # read_run took the run only so
+        return raw, hit[0]
+    return raw, None
