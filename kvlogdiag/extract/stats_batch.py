@@ -392,11 +392,10 @@ def read_run(rx: re.Pattern, parts: list[bytes]) -> list | None:
     n = len(parts)
     if text.count("Avg prompt throughput") != n:
         return None
-    heads = _PROC_HEADS.findall(text)
-    if len(heads) == n:
-        if not all(proc_prefix(k) for k in set(heads)):
-            return None
-    elif heads or len(_BARE_HEADS.findall(text)) != n:
+    heads = _PROC_HEADS.findall(text)  # a line has one or the other (a process prefix starts with "(")
+    if len(heads) < n and len(heads) + len(_BARE_HEADS.findall(text)) != n:
+        return None
+    if not all(proc_prefix(k) for k in set(heads)):
         return None
     rows = brx.findall(text)
     if len(rows) != n:
