@@ -16,6 +16,11 @@ summary in one pass over local variables:
 Both paths read a match through `stats_values`, so a figure is converted the same way; the per-line
 path (``Extractor._h_stats``) stays for ``watch`` (its listeners hear every peak as it happens) and
 the timelines of ``scan --html``, and is the oracle of ``tests/test_stats_batch.py``.
+
+`read_run` reads a run of consecutive stats lines the reader hands over as bytes (`reader.StatsRun`, no
+`Line` per line) with a few ``findall`` calls over their joined text and converts the figures a column at a
+time; its lines join the batch as (run, index), and a kept line's `Fact` is made from its bytes (`run_raw`).
+`fold` works a figure (a column) at a time. ``tests/test_stats_runs.py`` holds both to the per-line path.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from kvlogdiag.catalogue.patterns import STATS_TAIL
 from kvlogdiag.extract.facts import KV_USAGE_STEPS, SERIES, SERIES_MAX_VALUES, Fact, LogFacts, UsageBucket
 from kvlogdiag.input.reader import _ANSI, RECORD_WINDOW, proc_prefix
 
-BATCH_LINES = 1024  # matches held at most (each with its Line): memory stays flat (~1 MB)
+BATCH_LINES = 1024  # lines held at most (each with its Line, or its run's bytes): memory stays flat (~1 MB)
 
 _HEAD_GROUPS = ("engine", "aggregated", "prompt_tps", "gen_tps", "running", "swapped", "pending", "waiting", "rest")
 
