@@ -253,11 +253,3 @@ def test_every_sample_and_test_log_gives_the_same_json_with_runs(monkeypatch):
         seen += want.count('"stats_lines"')
     assert seen > 10
 
-
-def test_the_column_rounding_is_the_formula():
-    """Past the series cap `_count_series` rounds a column with ``map(float, map("{:.3g}".format, ...))``: the same
-    value, type and sign as ``float(f"{v:.3g}")`` (`stats_batch._rounded`), zeros of either sign and type included."""
-    for v in [0, 0.0, -0.0, 1, 7, 12345, 0.000123456, 99.95, 100.0, 9e15, 123456789.0, 1e300, 4.5e-7]:
-        got = next(map(float, map(B._FMT3, [v])))
-        want = B._rounded(v)
-        assert (got, type(got), str(got)) == (want, type(want), str(want)) == (float(f"{v:.3g}"), float, str(float(f"{v:.3g}")))

@@ -303,13 +303,13 @@ def _count_series(series: dict, cols: list) -> None:
                 v = col[k]
                 counts[v] = counts.get(v, 0) + 1
                 k += 1
-            # float(f"{v:.3g}") a column at a time (as _rounded: a zero of either sign or type gives its float)
-            col = list(map(float, map(_FMT3, col[k:])))
+            # float(f"{v:.3g}") for the rest of the column (as _rounded: a zero of either sign or type gives its
+            # float); a comprehension: faster than map with str.format
+            col = [float(f"{v:.3g}") for v in col[k:]]
         # counts[v] = counts.get(v, 0) + 1 for each value in order (what add_samples does), in C
         _count_elements(counts, col)
 
 
-_FMT3 = "{:.3g}".format
 _ROUNDED: dict[float, float] = {}  # value -> float(f"{v:.3g}"): the figures of a busy server repeat
 _ROUNDED_MAX = 4096
 
