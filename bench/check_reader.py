@@ -6,9 +6,10 @@ used by `iter_lines` and by `candidate_spans`), the parallel search of large fil
 (`_parallel_lines`) and the process-prefix cache in `split_envelope` — must not change a single
 line, number, rank or counter. This script compares them with a straightforward reference
 (the reader as it was before the performance work: one regex search per candidate, one chunk at a
-time, the general envelope code) on the real logs, on generated vLLM logs and on random inputs built
-from keywords, keyword fragments, envelopes, control bytes and over-long lines, with small chunk,
-line and unit sizes so that every boundary case is hit many times.
+time, the general envelope code), each way also with runs of stats lines (`stats_runs`) expanded to
+their lines, on the real logs, on generated vLLM logs and on random inputs built from keywords,
+keyword fragments, envelopes, control bytes and over-long lines, with small chunk, line and unit sizes
+so that every boundary case is hit many times.
 
     python bench/check_reader.py [--seeds N]
 
@@ -150,13 +151,18 @@ def compare(label: str, data: bytes, pf, chunk_bytes: int, max_line: int, path: 
         runs.append(("serial, numpy finder", 0, 0, lambda: io.BytesIO(data)))
         if path is not None:
             runs.append(("parallel", 0, 0, lambda: open(path, "rb", buffering=chunk_bytes)))
-    for how, finder_after, numpy_after, opener in runs:
+    # each way also with runs of stats lines (`stats_runs`, every stats line in a run), expanded to their lines
+    for (how, finder_after, numpy_after, opener), in_runs in [(r, f) for r in runs for f in (False, pf is not None)]:
         reader.FINDER_AFTER_BYTES, reader.NUMPY_AFTER_BYTES = finder_after, numpy_after
+        reader.RUN_MIN_LINES = 1
         reader._BIGRAM_FINDERS.clear()  # plan from this input's first chunk
         st = LineStats()
         fh = opener()
+        if in_runs:
+            how += ", stats runs"
         try:
-            got = as_tuples(reader.iter_lines(fh, label, pf, st))
+            got = as_tuples(ln for it in reader.iter_lines(fh, label, pf, st, stats_runs=in_runs)
+                            for ln in (it.lines() if isinstance(it, reader.StatsRun) else [it]))
         finally:
             fh.close()
         if got != want or (st.lines, st.long_lines, st.bytes) != want_st:

@@ -28,6 +28,7 @@ from kvlogdiag.input.reader import (
     InputError,
     Line,
     LineStats,
+    StatsRun,
     _read_error,
     detect_hard_wrap,
     iter_lines,
@@ -128,6 +129,15 @@ class Session:
         self.lines = max(self.lines, line.number)
         self.fed += 1
 
+    def feed_run(self, run: StatsRun) -> None:
+        """Feed a run of stats lines (`iter_lines`'s ``stats_runs``): at once, or line by line."""
+        if self.extractor.feed_run(run):
+            self.lines = max(self.lines, run.numbers[-1])
+            self.fed += len(run.numbers)
+        else:
+            for line in run.lines():
+                self.feed(line)
+
     def new_run(self, reason: str, first_line: int) -> None:
         """Start a new run by hand (``watch -f`` saw the file truncated: the server was restarted)."""
         self.extractor.new_run(reason, first_line)
@@ -165,6 +175,17 @@ class ContainerSessions:
         if s is None:
             s = self.sessions[key] = Session(self.analyzer, self.source, key)
         s.feed(line)
+
+    def feed_run(self, run: StatsRun) -> None:
+        """A run of stats lines: at once when it goes to the session of lines without a container (the only
+        lines `Extractor.feed_run` reads at once), else line by line."""
+        s = self.sessions.get(None)
+        if s is not None and s.extractor.feed_run(run):
+            s.lines = max(s.lines, run.numbers[-1])
+            s.fed += len(run.numbers)
+        else:
+            for line in run.lines():
+                self.feed(line)
 
     def results(self, lines_read: int, long_lines: int) -> list[InputAnalysis]:
         """One `InputAnalysis` per container, in order of first appearance (lines_read: the input's)."""
@@ -245,14 +266,25 @@ class Analyzer:
         elif isinstance(session, Session):
             session.extractor.batch_stats = True
         width = detect_hard_wrap(fh, source)
+        runs = False
         if width:  # a paste cut into fixed-width rows: rejoin them (every row must be seen)
             lines = unwrap_lines(iter_lines(fh, source, None, stats), width)
         else:
-            lines = iter_lines(fh, source, self.line_prefilter(), stats)
+            # a plain session reads runs of stats lines at once (Extractor.feed_run)
+            runs = batch
+            lines = iter_lines(fh, source, self.line_prefilter(), stats, stats_runs=runs)
         self._batch_stats = batch
         try:
-            for line in lines:
-                session.feed(line)
+            if not runs:
+                for line in lines:
+                    session.feed(line)
+            else:
+                feed, feed_run = session.feed, session.feed_run
+                for item in lines:
+                    if item.__class__ is StatsRun:
+                        feed_run(item)  # type: ignore[arg-type]
+                    else:
+                        feed(item)
         finally:
             self._batch_stats = False
         if batch:

@@ -177,6 +177,7 @@ def test_the_comparison_sees_a_wrong_fold(monkeypatch):
                       f"Waiting: 0 reqs, GPU KV cache usage: {u}%" for u in ("10.0", "95.0")) + "\n").encode()
     _same(data)
     monkeypatch.setattr(B, "_usage_step", lambda pct: F.usage_step(pct) + 1)
+    monkeypatch.setattr(B, "_STEPS", {})  # the steps the fold remembers by usage
     with pytest.raises(AssertionError):
         _same(data)
 

@@ -9,6 +9,7 @@ the `LogFacts`. Deciding what the facts *mean* (which value wins, bytes per toke
 from __future__ import annotations
 
 import re
+from itertools import repeat
 from typing import Any, Callable
 
 from kvlogdiag import recache
@@ -20,8 +21,8 @@ from kvlogdiag.extract.failures import StartupTracker
 from kvlogdiag.extract.platform import RECORD as PLATFORM_RECORD
 from kvlogdiag.extract.platform import evidence as platform_evidence
 from kvlogdiag.extract.pyrepr import CLASS_KEY, parse_json_or_repr, parse_repr, scalar, split_key_values, unwrap_path
-from kvlogdiag.extract.stats_batch import BATCH_LINES, _float, fold, stats_values
-from kvlogdiag.input.reader import Line
+from kvlogdiag.extract.stats_batch import BATCH_LINES, _float, fold, read_run, run_raw, stats_values
+from kvlogdiag.input.reader import Line, StatsRun
 
 # config keys kvlogdiag tracks; args dicts use argparse dest names
 CONFIG_KEYS = (
@@ -271,7 +272,7 @@ class Extractor:
         # stats lines folded into the summary a batch at a time (kvlogdiag/extract/stats_batch.py): only
         # for a reader that looks at the facts when the input ends (`Analyzer.read`), never with listeners
         self.batch_stats = False
-        self._stats_batch: list[tuple[tuple, Line]] = []
+        self._stats_batch: list[tuple[tuple, Any]] = []  # (figures, Line or (StatsRun, index))
         self.line_hook: Callable[[Line, Callable[[Line], Fact]], None] | None = None
         self._cmd_line = -1  # line of the last launch-command line
         self._cmd_cont = False  # that line ended with a backslash
@@ -334,10 +335,45 @@ class Extractor:
                     self._handlers[p.name](m, line, self._fact(None, line, p.name))
         self._harvest(line, matched)
 
+    def feed_run(self, run: StatsRun) -> bool:
+        """Feed a run of stats lines (`kvlogdiag.input.reader.StatsRun`) at once, as `feed` would feed its lines
+        one by one; False (nothing fed) when the run must be fed line by line: outside `batch_stats`, with
+        listeners or a line hook (they see every line), before the server is seen up (the start-up tracker reads
+        that line), or when the run's lines are not in the plain form `stats_batch.read_run` reads."""
+        tracker = self.startup
+        if not self.batch_stats or self.listeners or self.line_hook is not None \
+                or not (tracker.served_line or tracker.runtime_line):
+            return False
+        got = read_run(self._stats.regex, run.parts)
+        if got is None:
+            return False
+        last = run.numbers[-1]
+        # what StartupTracker.feed does with a line once the server is up
+        tracker.last_line = last
+        tracker.last_unterminated = False
+        self._last_number = last
+        # held with the lines of the batch, each as (run, index): its Line is made only if the summary keeps it
+        refs = zip(repeat(run), range(len(got)))
+        if None in got:  # a damaged line is no sample
+            self._stats_batch.extend((v, r) for v, r in zip(got, refs) if v is not None)
+        else:
+            self._stats_batch.extend(zip(got, refs))
+        if len(self._stats_batch) >= BATCH_LINES:
+            self.flush_stats()
+        return True
+
     def flush_stats(self) -> None:
         """Fold the stats lines held back by `batch_stats` into the current run's summary."""
         batch, self._stats_batch = self._stats_batch, []
-        fold(self.facts, batch, lambda ln: self._fact(None, ln, "stats"))
+        fold(self.facts, batch, self._stats_fact)
+
+    def _stats_fact(self, ref: Line | tuple) -> Fact:
+        # a held line: its Line, or (StatsRun, index) for a line of a run (read_run took it: run_raw is make_line's)
+        if ref.__class__ is Line:
+            return self._fact(None, ref, "stats")  # type: ignore[arg-type]
+        run, i = ref  # type: ignore[misc]
+        raw, rank = run_raw(run.parts[i])
+        return Fact(None, run.numbers[i], rank, raw, "stats", self._run, dp_of_rank(rank))
 
     def finish(self, lines_read: int, long_lines: int = 0) -> LogFacts:
         """The facts of the last (current) run; every run's facts are in ``self.runs``."""

@@ -299,6 +299,20 @@ def _close(text: str, env: str) -> str:
     return text
 
 
+def proc_prefix(key: str) -> tuple[str, str | None] | bool:
+    """(rank, ip) of a line's leading ``(...)`` (``key``, up to its first ``)``) when it is a vLLM process
+    prefix, else False (`split_envelope` then takes its general path); remembered by ``key``."""
+    hit = _PREFIX_CACHE.get(key)
+    if hit is None:
+        if len(_PREFIX_CACHE) >= 4096:
+            _PREFIX_CACHE.clear()
+        m = _PROC.match(key)
+        hit = _PREFIX_CACHE[key] = (
+            (rank_label(m.group("name"), m.group("pid")), m.group("ip")) if m and m.end() == len(key) else False
+        )
+    return hit
+
+
 def split_envelope(raw: str, envs: "Envelopes | None" = None) -> tuple[str, str | None, dict | None]:
     """Split a decoded, ANSI-free line into (message text, rank, metadata).
 
@@ -312,12 +326,7 @@ def split_envelope(raw: str, envs: "Envelopes | None" = None) -> tuple[str, str 
             key = raw[: j + 1]
             hit: tuple[str, str | None] | bool | None = _PREFIX_CACHE.get(key)
             if hit is None:
-                if len(_PREFIX_CACHE) >= 4096:
-                    _PREFIX_CACHE.clear()
-                m = _PROC.match(key)
-                hit = _PREFIX_CACHE[key] = (
-                    (rank_label(m.group("name"), m.group("pid")), m.group("ip")) if m and m.end() == j + 1 else False
-                )
+                hit = proc_prefix(key)
             if hit is not False:  # what the general path below finds for a prefix at position 0
                 end = j + 2 if raw[j + 1: j + 2] == " " and j + 1 < RECORD_WINDOW else j + 1
                 assert isinstance(hit, tuple)
@@ -1280,8 +1289,12 @@ def iter_lines(
     name: str,
     prefilter: "re.Pattern[bytes] | None" = None,
     stats: LineStats | None = None,
+    stats_runs: bool = False,
 ) -> Iterator[Line]:
     """Yield `Line` objects; with a prefilter, only lines in which it matches.
+
+    With ``stats_runs`` (and a prefilter), consecutive candidate lines of one chunk that all hold the stats
+    line's keyword come as one `StatsRun` instead of `Line` objects (`StatsRun.lines` makes the same lines).
 
     Line numbers count every ``\\n`` in the input, filtered or not. A line longer than
     ``MAX_LINE_BYTES`` inside one chunk is cut to that length. A large regular file read with a
@@ -1293,7 +1306,7 @@ def iter_lines(
     if prefilter is not None:
         setup = _parallel_setup(fh, prefilter)
         if setup is not None:
-            chunks, number = yield from _parallel_lines(fh, name, prefilter, st, *setup, envs=envs)
+            chunks, number = yield from _parallel_lines(fh, name, prefilter, st, *setup, envs=envs, stats_runs=stats_runs)
     if chunks is None:
         chunks = iter_chunks(fh, name, stats=st)
     scan = ChunkScanner(prefilter, _file_size(fh)) if prefilter is not None else None
@@ -1313,6 +1326,12 @@ def iter_lines(
                 if i == last:
                     line.unterminated = True
                 yield line
+        elif stats_runs:
+            found, newlines = scan(chunk)
+            yield from _with_runs(chunk, found, number, st, envs)
+            number += newlines
+            if not chunk.endswith(b"\n"):
+                number += 1
         else:
             found, newlines = scan(chunk)
             for before, start, end in found:
@@ -1328,6 +1347,96 @@ def iter_lines(
             if not chunk.endswith(b"\n"):
                 number += 1  # the last line has no newline; it still counts
         st.lines = number
+
+
+# --- stats lines in runs ---------------------------------------------------------------------------
+#
+# A long log is mostly stats lines. `iter_lines(..., stats_runs=True)` hands a run of consecutive candidate
+# lines that all hold the stats keyword over as their bytes and numbers (`StatsRun`), without a `Line` or a
+# decode per line; the extractor reads the whole run at once (`kvlogdiag.extract.stats_batch.read_run`) or, when
+# the run is not in the plain form it reads, asks for the `Line` objects (`StatsRun.lines`: what the per-line
+# reader yields). A run never crosses a chunk (memory stays bounded); a cut or unterminated line is no part of one.
+
+STATS_KEY = b"Avg prompt throughput: "
+RUN_MIN_LINES = 4  # shorter runs come as lines: reading a run has a fixed cost of a few lines
+
+
+class StatsRun:
+    """Consecutive candidate lines holding the stats keyword: ``numbers`` (1-based) and ``parts`` (their
+    bytes, without the newline); ``envs`` is the input's `Envelopes` (for `lines`)."""
+
+    __slots__ = ("numbers", "parts", "envs")
+
+    def __init__(self, numbers: list[int], parts: list[bytes], envs: "Envelopes | None") -> None:
+        self.numbers = numbers
+        self.parts = parts
+        self.envs = envs
+
+    def line(self, i: int) -> Line:
+        """The `Line` of the run's ``i``-th line, as `make_line` makes it."""
+        return make_line(self.numbers[i], self.parts[i], self.envs)
+
+    def lines(self) -> list[Line]:
+        """The run's lines, as `iter_lines` yields them without ``stats_runs``."""
+        envs = self.envs
+        return [make_line(n, p, envs) for n, p in zip(self.numbers, self.parts)]
+
+
+def _flush_run(numbers: list[int], parts: list[bytes], envs: "Envelopes | None") -> Iterator[Any]:
+    if len(numbers) >= RUN_MIN_LINES:
+        yield StatsRun(numbers, parts, envs)
+    else:
+        for n, p in zip(numbers, parts):
+            yield make_line(n, p, envs)
+
+
+def _with_runs(chunk: bytes, found: list, number: int, st: LineStats, envs: "Envelopes | None") -> Iterator[Any]:
+    """`iter_lines`'s candidate lines of one chunk, runs of stats lines as `StatsRun`."""
+    numbers: list[int] = []
+    parts: list[bytes] = []
+    clen = len(chunk)
+    open_end = not chunk.endswith(b"\n")
+    for before, start, end in found:
+        part = chunk[start:end]
+        if STATS_KEY in part and len(part) <= MAX_LINE_BYTES and not (open_end and end == clen):
+            numbers.append(number + before + 1)
+            parts.append(part)
+            continue
+        if numbers:
+            yield from _flush_run(numbers, parts, envs)
+            numbers, parts = [], []
+        if len(part) > MAX_LINE_BYTES:
+            part = part[:MAX_LINE_BYTES]
+            st.long_lines += 1
+        line = make_line(number + before + 1, part, envs)
+        if end == clen and open_end:
+            line.unterminated = True
+        yield line
+    if numbers:
+        yield from _flush_run(numbers, parts, envs)
+
+
+def _record_runs(blob: bytes, nums: Any, ends: Any, number: int, st: LineStats, envs: "Envelopes | None") -> Iterator[Any]:
+    """`_parallel_lines`'s candidate lines of one unit's record, runs of stats lines as `StatsRun`."""
+    numbers: list[int] = []
+    parts: list[bytes] = []
+    begin = 0
+    for n, stop in zip(nums, ends):
+        part = blob[begin:stop]
+        begin = stop
+        if STATS_KEY in part and len(part) <= MAX_LINE_BYTES:
+            numbers.append(number + n)
+            parts.append(part)
+            continue
+        if numbers:
+            yield from _flush_run(numbers, parts, envs)
+            numbers, parts = [], []
+        if len(part) > MAX_LINE_BYTES:
+            part = part[:MAX_LINE_BYTES]
+            st.long_lines += 1
+        yield make_line(number + n, part, envs)
+    if numbers:
+        yield from _flush_run(numbers, parts, envs)
 
 
 # --- parallel search of a large file -------------------------------------------------------------
@@ -1504,7 +1613,8 @@ def _read_record(src: BinaryIO, name: str, st: LineStats) -> tuple[int, int, arr
 
 
 def _parallel_lines(fh: BinaryIO, name: str, prefilter: "re.Pattern[bytes]", st: LineStats,
-                    fd: int, start: int, units: int, jobs: int, envs: "Envelopes | None" = None):
+                    fd: int, start: int, units: int, jobs: int, envs: "Envelopes | None" = None,
+                    stats_runs: bool = False):
     """Yield the candidate lines of the first ``units`` units; return (chunks of the rest, lines so far).
 
     Worker ``k`` searches units k, k + jobs, ... and writes their records to its own pipe; the pipes
@@ -1527,6 +1637,11 @@ def _parallel_lines(fh: BinaryIO, name: str, prefilter: "re.Pattern[bytes]", st:
             newlines, nbytes, numbers, ends, blob = _read_record(workers[unit % jobs][1], name, st)
             st.bytes += nbytes
             begin = 0
+            if stats_runs:
+                yield from _record_runs(blob, numbers, ends, number, st, envs)
+                number += newlines
+                st.lines = number
+                continue
             for n, stop in zip(numbers, ends):
                 part = blob[begin:stop]
                 begin = stop
