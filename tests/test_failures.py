@@ -94,9 +94,8 @@ def read_like_analyze(path: Path) -> dict:
 # known misses (docs/failures.md)
 KNOWN_MISSES = {
     # rounds 35-36 (session 8 first pass, on every session-8 failure rule: the same verdicts as on session 7's code);
-    # left by the s8/fail3 pass (docs/failures.md "Rounds 35–36"): r35_09 a lone raise line, r35_15 the request line is
-    # not read, r36_19 an empty device list that is a code path's bug
-    "r35_09_v084_api_server_qwq32b_tp8_use_sliding_window_some_but_all_layers_raise_line",
+    # left by the s8/fail3 pass (docs/failures.md "Rounds 35–36"): r35_15 the request line is not read, r36_19 an
+    # empty device list that is a code path's bug
     "r35_15_v07x_serve_xgrammar_structured_output_cuda_home_not_set_at_request_not_failed",
     "r36_19_tpu_inference_flax_nnx_use_jax_profiler_server_tpu_worker_init_indexerror_devices",
     # round 34 (session 8): the weight-shape assertion of a TP-sharded parameter (classed model; the labeler reads the
@@ -113,9 +112,6 @@ KNOWN_MISSES = {
     # read the registry's "Error in inspecting model architecture" as arch; it is the import failure of an architecture
     # vLLM implements (model since session 8, as rounds 26, 27 and 31 label it)
     "r01_registry_inspect_subprocess", "u02_registry_inspect_v011",
-    # round 11: a vLLM raise message printed without exception name or log head, with no keyword the line
-    # prefilter keeps ("Sliding window for some but all layers is not supported.")
-    "r11_41_qwen25_sliding_window_some_layers",
     # round 12: a message without exception name that no harvested release raises (vLLM 0.26 on GB10;
     # not in the 0.32 sources), printed without a log head: nothing says it is an error
     "r12_17_v026_gb10_dflash_negative_scheduled_tokens",
@@ -1513,3 +1509,19 @@ def test_triton_device_too_old_is_kernel_and_its_libcuda_lookup_is_the_driver_en
     assert r["cause_id"] == "driver_mismatch" and r["cause_class"] == "driver"
     # near miss: a device that is merely named "old" is not this hint
     assert run(["RuntimeError: the old device was removed"], keep=KW)["cause_class"] != "kernel"
+
+
+def test_a_lone_raise_line_of_a_process_states_a_catalogued_cause_only():
+    # a process's output that starts at a traceback's raise source line (0.9.2 models/qwen2.py:290-298)
+    line = '(VllmWorker rank=1 pid=3457224) raise ValueError("Sliding window for some but all layers is not "'
+    r = run([line], keep=KW)
+    assert r["cause_id"] == "sliding_window_some_layers" and r["process"] == "VllmWorker rank=1 pid=3457224"
+    assert r["cause_class"] == "model" and "use_sliding_window" in r["fix"]
+    # the message itself, printed whole, yields its numbers
+    r = run(["Sliding window for some but all layers is not supported. This model uses sliding window but "
+             "`max_window_layers` = 28 is less than `num_hidden_layers` = 64. Please open an issue to discuss this feature."], keep=KW)
+    assert r["cause_id"] == "sliding_window_some_layers" and r["numbers"]["max_window_layers"] == 28
+    # near misses: an uncatalogued literal is no cause and no failed start; the same line without a process prefix
+    # (source code quoted in a thread) is not read as output
+    assert not run(['(VllmWorker rank=1 pid=3) raise ValueError("this tokenizer is odd "'], keep=KW)["failed"]
+    assert run(['raise ValueError("Sliding window for some but all layers is not "'], keep=KW)["cause_line"] is None

@@ -671,6 +671,13 @@ class StartupTracker:
             self._open_tb(proc, line.number, body_s, level)
             self._headless.add(proc)
             return
+        if tb is None and level is None and body_s[:6] == "raise " and proc is not None and _RAISE.match(body_s):
+            # a process's output that starts at a traceback's raise source line (the frames above it not in the
+            # excerpt): a headless traceback, read like one cut there — its literal is the cause only when it is
+            # a catalogued message (`_raise_statement_cause`), otherwise a fragment without a start-up frame
+            self._open_tb(proc, line.number, body_s, level)
+            self._headless.add(proc)
+            return
         # the source line a traceback prints under each frame ("raise ValueError(\"...\")") quotes the
         # message but is not the error
         em = _EXC.match(body_s)
