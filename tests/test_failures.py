@@ -93,20 +93,10 @@ def read_like_analyze(path: Path) -> dict:
 
 # known misses (docs/failures.md)
 KNOWN_MISSES = {
-    # rounds 35-36 (session 8 first pass, on every session-8 failure rule: the same verdicts as on session 7's code)
-    "r35_06_v02x_jan2024_get_ip_socket_gaierror_name_or_service_not_known_quoted",
-    "r35_09_v084_api_server_qwq32b_tp8_use_sliding_window_some_but_all_layers_raise_line",
-    "r35_14_v041_conda_pynccl_failed_to_load_libnccl_so2_worker_init_device",
+    # rounds 35-36 (session 8 first pass, on every session-8 failure rule: the same verdicts as on session 7's code);
+    # left by the s8/fail3 pass (docs/failures.md "Rounds 35–36"): r35_15 the request line is not read, r36_19 an
+    # empty device list that is a code path's bug
     "r35_15_v07x_serve_xgrammar_structured_output_cuda_home_not_set_at_request_not_failed",
-    "r35_18_v04x_feature_thread_rank0_minicpmv_architecture_not_supported_for_now",
-    "r35_19_v050post1_docker_rank0_deepseekv2_lite_architecture_not_supported_for_now",
-    "r35_20_v072_docker_tesla_p40_tp2_triton_compiler_device_too_old_capability_61",
-    "r35_22_v02x_jan2024_dev_api_server_awq_tp2_custom_all_reduce_resource_already_mapped",
-    "r35_25_v04x_api_server_mixtral_tp_worker_triton_libcuda_so_cannot_found",
-    "r36_04_mooncake_1p1d_tcp_v0_worker_start_worker_execution_loop_assertion_at_request_not_startup",
-    "r36_05_qwen38_flash_next_repo_vllm_openai_fp8_tp4_triton_fp8e4nv_not_supported_in_architecture",
-    "r36_09_aibrix_1p1d_decode_nixlconnector_register_kv_caches_ucx_ibv_modify_qp_no_such_device",
-    "r36_15_ascend_a2_two_nodes_deepseek_v32_w8a8_hccl_get_socket_timeout_ei0006_alloc_com_resource",
     "r36_19_tpu_inference_flax_nnx_use_jax_profiler_server_tpu_worker_init_indexerror_devices",
     # round 34 (session 8): the weight-shape assertion of a TP-sharded parameter (classed model; the labeler reads the
     # TP size, and the same assertion also follows a wrong checkpoint); torch's "Dimension out of range" only inside a
@@ -122,9 +112,6 @@ KNOWN_MISSES = {
     # read the registry's "Error in inspecting model architecture" as arch; it is the import failure of an architecture
     # vLLM implements (model since session 8, as rounds 26, 27 and 31 label it)
     "r01_registry_inspect_subprocess", "u02_registry_inspect_v011",
-    # round 11: a vLLM raise message printed without exception name or log head, with no keyword the line
-    # prefilter keeps ("Sliding window for some but all layers is not supported.")
-    "r11_41_qwen25_sliding_window_some_layers",
     # round 12: a message without exception name that no harvested release raises (vLLM 0.26 on GB10;
     # not in the 0.32 sources), printed without a log head: nothing says it is an error
     "r12_17_v026_gb10_dflash_negative_scheduled_tokens",
@@ -1388,3 +1375,153 @@ def test_explains_and_warning_forms_name_real_entries():
         for s in e.samples:  # a sample is a raised line: never the entry's warning form
             m = cat.match(s["line"])
             assert m is not None and not m.warning, s["line"]
+
+
+# --- session 8, third pass (rounds 35-36, docs/failures.md "Rounds 35–36") ----------------------------------------
+
+V0W = "(VllmWorkerProcess pid=455907) ERROR 04-23 16:34:41 [multiproc_worker_utils.py:238] "
+
+
+def test_v0_worker_execution_loop_is_request_time_not_a_start():
+    # V0 workers enter start_worker_execution_loop only from the executor's execute_model (LLMEngine.step)
+    r = run(["ERROR 04-23 16:34:41 [engine.py:160] AssertionError",
+             V0W + "Exception in worker VllmWorkerProcess while processing method start_worker_execution_loop.",
+             V0W + "Traceback (most recent call last):",
+             V0W + '  File "/v/vllm/executor/multiproc_worker_utils.py", line 232, in _run_worker_process',
+             V0W + "AssertionError"], keep=KW)
+    assert not r["failed"] and r["cause_line"] is None
+    # Ray's record of the same method
+    r = run(["ERROR 04-23 16:34:41 [worker_base.py:620] Error executing method 'start_worker_execution_loop'. "
+             "This might cause deadlock in distributed execution.", "AssertionError"], keep=KW)
+    assert not r["failed"]
+    # near miss: a worker failing in a start-up method stays a failed start with its cause
+    r = run([V0W + "Exception in worker VllmWorkerProcess while processing method init_device.",
+             V0W + "Traceback (most recent call last):",
+             V0W + '  File "/v/vllm/worker/worker.py", line 99, in init_device',
+             V0W + "RuntimeError: CUDA error: out of memory"], keep=KW)
+    assert r["failed"] and r["cause_line"] == 4
+
+
+def test_socket_gaierror_is_an_exception_and_a_host_name_that_does_not_resolve_is_comm():
+    # CPython's socket module names its errors in lower case; vLLM 0.2.7 get_ip: gethostbyname(gethostname())
+    r = run(["Getting error `socket.gaierror: [Errno -2] Name or service not known` from `get_ip()` function in utils.py"], keep=KW)
+    assert r["failed"] and r["cause_text"] == "socket.gaierror: [Errno -2] Name or service not known" and r["cause_class"] == "comm"
+    r = run(["Traceback (most recent call last):", '  File "/v/vllm/utils.py", line 61, in get_ip',
+             "    return socket.gethostbyname(socket.gethostname())",
+             "socket.gaierror: [Errno -2] Name or service not known"], keep=KW)
+    assert r["cause_line"] == 4 and r["exception"] == "socket.gaierror" and r["cause_class"] == "comm"
+    # near misses: another getaddrinfo error is an exception of unknown class; a lower-case name outside the socket
+    # module is no exception; the words in prose without the exception are no cause
+    r = run(["Traceback (most recent call last):", '  File "/x/a.py", line 1, in f',
+             "socket.gaierror: [Errno -3] Temporary failure in name resolution"], keep=KW)
+    assert r["cause_line"] == 3 and r["cause_class"] == "unknown"
+    assert run(["Traceback (most recent call last):", '  File "/x/a.py", line 1, in f',
+                "mymod.gaierror: [Errno -2] Name or service not known"], keep=KW)["cause_line"] != 3
+    assert run(["I get `Name or service not known` from get_ip"], keep=KW)["cause_line"] is None
+
+
+NCCL_LOAD = ("ERROR 04-22 15:53:32 pynccl.py:44] Failed to load NCCL library from libnccl.so.2 .It is expected if you "
+             "are not running on NVIDIA/AMD GPUs.Otherwise, the nccl library might not exist, be corrupted or it does "
+             "not support the current platform Linux-4.18.0-x86_64-with-glibc2.17.")
+
+
+def test_nccl_library_load_error_is_a_cause_only_when_the_start_then_fails():
+    # vLLM logs it at ERROR and goes on without pynccl (0.10.2 pynccl.py:58-65): on a start that fails it is the cause
+    r = run([NCCL_LOAD, "ERROR 04-22 15:53:33 worker_base.py:153] Error executing method init_device. This might "
+             "cause deadlock in distributed execution.", "ERROR 04-22 15:53:33 worker_base.py:153] Traceback (most recent call last):"],
+            keep=KW)
+    assert r["cause_line"] == 1 and r["cause_id"] == "nccl_library_load_failed" and r["cause_class"] == "kernel"
+    assert "libnccl.so.2" in r["fix"] and "VLLM_NCCL_SO_PATH" in r["fix"]
+    # near misses: a CPU start that logs it and comes up; a log that shows nothing failing
+    assert not run([NCCL_LOAD, "INFO:     Application startup complete."], keep=KW)["failed"]
+    assert not run([NCCL_LOAD, "INFO 04-22 15:53:40 model_runner.py:1] Loading model weights took 0.5 GB"], keep=KW)["failed"]
+    # a later stated cause wins over it
+    r = run([NCCL_LOAD, "RuntimeError: CUDA error: out of memory"], keep=KW)
+    assert r["cause_line"] == 2
+
+
+UCX = ("[1754890927.298391] [vllm-1p1d-roleset-sf8w4-decode-85b9745648-0:270  :0]    ib_mlx5dv_md.c:1100 UCX  ERROR "
+       "mlx5_7: ibv_modify_qp(UMR QP 0x9b5e) failed to modify to RTR: No such device")
+
+
+def test_ucx_error_record_is_the_connector_cause_of_a_failed_start():
+    r = run(["INFO 08-10 22:42:07 [nixl_connector.py:586] Registering KV_Caches: use_mla: False, num_blocks: 31025",
+             UCX, "ERROR 08-10 22:42:07 [core.py:586] EngineCore failed to start.",
+             "ERROR 08-10 22:42:07 [core.py:586] Traceback (most recent call last):"], keep=KW)
+    assert r["cause_line"] == 2 and r["cause_class"] == "connector" and r["details"]["native_record"] == "UCX ib_mlx5dv_md.c:1100"
+    assert r["cause_text"].startswith("mlx5_7: ibv_modify_qp")
+    # near misses: UCX's WARN record is no cause; an ERROR record on a start that is not seen failing is none either;
+    # a stated Python cause wins over it
+    assert run([UCX.replace("UCX  ERROR", "UCX  WARN "), "ERROR 08-10 22:42:07 [core.py:586] EngineCore failed to start."],
+               keep=KW)["cause_line"] is None
+    assert run([UCX], keep=KW)["cause_line"] is None
+    r = run([UCX, "RuntimeError: NIXL_ERR_BACKEND", "ERROR 08-10 22:42:07 [core.py:586] EngineCore failed to start."], keep=KW)
+    assert r["cause_line"] == 2
+
+
+def test_a_worker_relay_whose_head_the_paste_cut_gives_its_message():
+    line = ("ValueError(\"type fp8e4nv not supported in this architecture. The supported fp8 dtypes are ('fp8e4b15', "
+            "'fp8e5')\")', please check the stack trace above for the root cause")
+    r = run([line], keep=KW)
+    assert r["failed"] and r["cause_text"].startswith('ValueError("type fp8e4nv not supported') and r["cause_class"] == "dtype"
+    # the whole relay still gives the message inside its quotes, not the head before it
+    r = run(["RuntimeError: Worker failed with error 'shape mismatch in layer 3 of the draft', please check "
+             "the stack trace above for the root cause"], keep=KW)
+    assert r["cause_text"] == "shape mismatch in layer 3 of the draft"
+    # near miss: the echo alone, nothing before its quote, states no cause
+    r = run(["', please check the stack trace above for the root cause"], keep=KW)
+    assert r["cause_line"] is None
+
+
+def test_torch_rank_prefix_behind_a_code_span_or_a_docker_timestamp_names_the_rank():
+    for line in ["`[rank0]: ValueError: Model architectures ['MiniCPMV'] are not supported for now. Supported architectures: ['A']",
+                 "2024-07-31T17:09:32.375215459+08:00 [rank0]: ValueError: Model architectures ['DeepseekV2ForCausalLM'] are "
+                 "not supported for now. Supported architectures: ['A']"]:
+        r = run([line], keep=KW)
+        assert r["process"] == "rank0" and r["cause_class"] == "arch", line
+    # near miss: "[rank0]" further into a line is no prefix
+    r = run(["2024-07-31 17:09:32 something [rank0]: ValueError: Model architectures ['X'] are not supported for now."], keep=KW)
+    assert r["process"] != "rank0"
+
+
+def test_custom_all_reduce_cuda_check_and_hccl_socket_timeout_are_catalogued():
+    # vLLM csrc/custom_all_reduce.cuh CUDACHECK: printf then exit(EXIT_FAILURE)
+    r = run(["`Failed: Cuda error /home/ysq/vllm/csrc/custom_all_reduce.cuh:417 'resource already mapped'",
+             "Segmentation fault (core dumped)`"], keep=KW)
+    assert r["cause_id"] == "custom_allreduce_cuda_error" and r["cause_class"] == "kernel" and r["numbers"]["line"] == 417
+    assert "--disable-custom-all-reduce" in r["fix"] and "resource already mapped" in r["fix"]
+    # near miss: torch's "CUDA error: …" is not vLLM's check
+    assert run(["RuntimeError: CUDA error: resource already mapped"], keep=KW)["cause_id"] != "custom_allreduce_cuda_error"
+    r = run(["[PID: 749] 2025-12-29-03:16:15.787.356 Get_Socket_Timeout(EI0006): Getting socket times out. Reason: 1. "
+             "The remote does not initiate a connect request."], keep=KW)
+    assert r["cause_id"] == "hccl_socket_timeout" and r["cause_class"] == "comm"
+    # near miss: another CANN code is not this entry
+    assert run(["[PID: 749] 2025-12-29-03:16:15.787.356 Something(EI0005): other"], keep=KW)["cause_id"] != "hccl_socket_timeout"
+
+
+def test_triton_device_too_old_is_kernel_and_its_libcuda_lookup_is_the_driver_entry():
+    r = run(["RuntimeError: Found Tesla P40 which is too old to be supported by the triton GPU compiler, which is used as "
+             "the backend. Triton only supports devices of CUDA Capability >= 7.0, but your device is of CUDA capability 6.1"], keep=KW)
+    assert r["cause_class"] == "kernel"
+    r = run(["Traceback (most recent call last):", '  File "/v/triton/common/build.py", line 21, in libcuda_dirs',
+             "    assert any(os.path.exists(os.path.join(path, 'libcuda.so')) for path in dirs), msg",
+             "AssertionError: libcuda.so cannot found!"], keep=KW)
+    assert r["cause_id"] == "driver_mismatch" and r["cause_class"] == "driver"
+    # near miss: a device that is merely named "old" is not this hint
+    assert run(["RuntimeError: the old device was removed"], keep=KW)["cause_class"] != "kernel"
+
+
+def test_a_lone_raise_line_of_a_process_states_a_catalogued_cause_only():
+    # a process's output that starts at a traceback's raise source line (0.9.2 models/qwen2.py:290-298)
+    line = '(VllmWorker rank=1 pid=3457224) raise ValueError("Sliding window for some but all layers is not "'
+    r = run([line], keep=KW)
+    assert r["cause_id"] == "sliding_window_some_layers" and r["process"] == "VllmWorker rank=1 pid=3457224"
+    assert r["cause_class"] == "model" and "use_sliding_window" in r["fix"]
+    # the message itself, printed whole, yields its numbers
+    r = run(["Sliding window for some but all layers is not supported. This model uses sliding window but "
+             "`max_window_layers` = 28 is less than `num_hidden_layers` = 64. Please open an issue to discuss this feature."], keep=KW)
+    assert r["cause_id"] == "sliding_window_some_layers" and r["numbers"]["max_window_layers"] == 28
+    # near misses: an uncatalogued literal is no cause and no failed start; the same line without a process prefix
+    # (source code quoted in a thread) is not read as output
+    assert not run(['(VllmWorker rank=1 pid=3) raise ValueError("this tokenizer is odd "'], keep=KW)["failed"]
+    assert run(['raise ValueError("Sliding window for some but all layers is not "'], keep=KW)["cause_line"] is None

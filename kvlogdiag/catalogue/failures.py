@@ -82,6 +82,9 @@ class FailureEntry:
     # the whole line as vLLM logs the message at WARNING (a stated-without-head copy is read as that warning)
     warning_forms: tuple[re.Pattern[str], ...] = ()
     explains: tuple[str, ...] = ()  # entries whose lines in the same log are this failure's symptom
+    # vLLM logs the message at ERROR where it recovers (it goes on without the component): like a warning form, a
+    # cause only when the start is then seen failing and nothing else states one
+    recovered: bool = False
 
 
 @dataclass(frozen=True)
@@ -153,7 +156,7 @@ class FailureCatalogue:
                 fix=e["fix"], links=tuple(e.get("links", ())), harvest=tuple(e.get("harvest", ())),
                 harvest_numbers=dict(e.get("harvest_numbers", {})), samples=tuple(e.get("samples", ())),
                 warning_forms=tuple(recache.compile(x) for x in e.get("warning_forms", ())),
-                explains=tuple(e.get("explains", ())),
+                explains=tuple(e.get("explains", ())), recovered=bool(e.get("recovered", False)),
             ))
         self.entries: list[FailureEntry] = entries
         self.by_id = {e.id: e for e in entries}

@@ -43,7 +43,10 @@ _PREFIXES = recache.compile(r"^(?:\((?:[^()]{1,80}?) pid=\d+[^()]{0,60}\)\s*)+")
 _UVICORN = recache.compile(r"^(?P<level>ERROR|CRITICAL|INFO|WARNING):\s+")
 _EXC = recache.compile(r"^(?P<exc>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Failure|Fault|Interrupt)|Exception)"
                        # a module-qualified exception of any name (huggingface_hub.utils._http.OfflineModeIsEnabled)
-                       r"|(?:[a-z_][a-z0-9_]*\.)+[A-Z][A-Za-z0-9]+(?=:))"
+                       r"|(?:[a-z_][a-z0-9_]*\.)+[A-Z][A-Za-z0-9]+(?=:)"
+                       # CPython's socket module names its errors in lower case (Modules/socketmodule.c:
+                       # PyErr_NewException("socket.gaierror", …), "socket.herror"; socket.timeout before 3.10)
+                       r"|socket\.(?:gaierror|herror|timeout)(?=:))"
                        # "XError: message", or the repr a logger printed: XError("message")
                        r"(?::\s*(?P<msg>.*)|\((?P<repr>[\"'].*[\"'])\))?$")
 # a traceback pasted on one line (newlines lost): its last qualified exception starts the error
@@ -124,7 +127,15 @@ _RUNTIME_MARKERS = ("EngineCore encountered a fatal error", "AsyncLLM output_han
                     "Aborted due to the lack of CPU swap space",
                     # a tool parser reading one model response (vllm 0.10.2 entrypoints/openai/tool_parsers/
                     # hermes_tool_parser.py:149, in extract_tool_calls)
-                    "Error in extracting tool call from response")
+                    "Error in extracting tool call from response",
+                    # V0's workers enter their model-execution loop only from the executor's execute_model, which
+                    # LLMEngine.step calls for scheduled requests (0.9.2 executor/executor_base.py:289-297,
+                    # engine/llm_engine.py:1356, worker/worker_base.py:84-94; 0.6.6.post1
+                    # executor/distributed_gpu_executor.py:77); start-up runs the workers' own methods
+                    # (init_device, load_model, determine_num_available_blocks, initialize_cache). Logged as
+                    # "Exception in worker %s while processing method %s." (multiproc_worker_utils.py:240) or
+                    # Ray's "Error executing method 'start_worker_execution_loop'" (worker_base.py:620)
+                    "start_worker_execution_loop")
 # ... and lines about a request (an id the OpenAI server gives it, "for request <id>"), or the engine core
 # failing a utility call (vllm 0.11.2 vllm/v1/engine/core.py:918 "Invocation of %s method failed")
 _RUNTIME_LINE = recache.compile(r"\b(?:chatcmpl|cmpl|embd)-[0-9a-f]{8}|\bfor request (?:chatcmpl|cmpl|[\w-]{12,})|\bInvocation of \w+ method failed"
@@ -158,7 +169,7 @@ _WRAPPER = recache.compile(r"unhandled cuda error|ncclUnhandledCudaError|unhandl
 _MD_OPEN = recache.compile(r"^[*_`]{1,3}(?=[A-Za-z])")
 _MD_CLOSE = recache.compile(r"(?<=\S)[*_`]{1,3}$")
 # an exception inside backticks anywhere in a line of prose (or a wrapper's message), as text or repr
-_TICKED_EXC = recache.compile(r"`[^`]*?(?P<exc_text>(?<![\w.])(?P<name>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception))"
+_TICKED_EXC = recache.compile(r"`[^`]*?(?P<exc_text>(?<![\w.])(?P<name>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)|socket\.(?:gaierror|herror))"
                               r"(?:: [^`]{8,}|\((?P<q>[\"'])[^`]{8,}(?P=q)\)))`")
 # ... or inside double quotes, ASCII or typographic (“ ValueError: … ”: the quotes an editor or a chat client types)
 _DQUOTED_EXC = recache.compile(r'(?:"(?P<exc_text>(?P<name>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): [^"]{8,})"'
@@ -229,6 +240,12 @@ _CANN_PLOG = recache.compile(r"^\[(?P<level>ERROR|WARNING|INFO|DEBUG|EVENT)\] (?
 # tid:0x…] <message>", file and line padded to columns (rocclr utils/debug.cpp ClPrint); level 1 is LOG_ERROR (2 warning,
 # 3 info, 4 debug; utils/debug.hpp)
 _ROCCLR = recache.compile(r"^:(?P<level>[1-4]):(?P<loc>[\w.-]+\.(?:cpp|hpp|h|cc)) *:\s*\d+\s*: \d+ us: \[pid:\d+ +tid:0x[0-9a-f]+\] +(?P<msg>\S.*)$")
+# UCX's log record (ucs/debug/log.c ucs_log_default_handler: "[<sec>.<usec>] [<host>:<pid>:<thread>] <file>:<line> UCX
+# <LEVEL> <message>", file and pid padded): the transport NIXL registers the KV cache with (NixlConnector's default
+# backend, vllm 0.13.0 distributed/kv_transfer/kv_connector/v1/nixl_connector.py:801 `["UCX"]`), so its ERROR on a start
+# is the KV connector's transfer failing (the class the record gets unless the catalogue names its message)
+_UCX = recache.compile(r"^\[\d{9,}\.\d{6}\] \[[^\]\s:]+:\s*\d+\s*:\s*\d+\]\s+(?P<loc>[\w.-]+\.(?:c|cc|cpp|h|inl):\d+)\s+UCX\s+"
+                       r"(?P<level>ERROR|FATAL)\s+(?P<msg>\S.*)$")
 # yalantinglibs' easylog record (Mooncake's coro_rpc client and transfer engine): "2025-04-17 19:46:42.566927 ERROR    [975]
 # [coro_rpc_client.hpp:978] read rpc body failed, …" — date, time with microseconds, padded level, [thread id], [file:line]
 _EASYLOG = recache.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6} (?P<level>ERROR|CRITICAL|FATAL) +\[\d+\] "
@@ -265,7 +282,11 @@ _KV_NONPOSITIVE = recache.compile(r"Available KV cache memory: (?P<gib>-\d+(?:\.
 _RELAYED = recache.compile(r"""Worker failed with error (?:'(?P<a>[^\n]*?)', please check|'(?P<c>[^'\n]{8,400})'(?=`|\s*$)"""
                            r"""|'(?P<e>'[^\n]{8,400}')'\s*$"""
                            r"""|%s, please check[^'"]{0,80}', (?P<q>["'])(?P<b>[^\n]*)(?P=q)\))"""
-                           r"""|Exception in worker (?P<worker>\S+) while processing method \w+: (?P<d>\S[^\n]{7,}?),?\s*(?:Traceback \(most recent call last\):)?$""")
+                           r"""|Exception in worker (?P<worker>\S+) while processing method \w+: (?P<d>\S[^\n]{7,}?),?\s*(?:Traceback \(most recent call last\):)?$"""
+                           # the relay's tail, its head cut by the paste: the message starts the line (0.10.2
+                           # v1/executor/multiproc_executor.py:243-245 f"Worker failed with error '{result}', please check
+                           # the stack trace above for the root cause")
+                           r"""|^(?P<f>(?:(?!with error ')[^\n]){8,400}?)', please check the stack trace above for the root cause\.?$""")
 
 _WARNING_EXC = recache.compile(r"Warning$")
 # a string literal of a raise statement's message, as a traceback prints the source ("raise X(\"...\" ")
@@ -352,6 +373,9 @@ def split_level(text: str) -> tuple[str | None, str]:
 
 _UNEXPECTED_KW = recache.compile(r"got an unexpected keyword argument '([\w-]+)'")
 _TORCH_RANK = recache.compile(r"^\[rank(\d+)\]:")
+# ... behind what a paste or a log collector puts before the rank's line: a Markdown code span's backtick(s), or the
+# RFC 3339 timestamp `docker logs --timestamps` writes (2024-07-31T17:09:32.375215459+08:00)
+_TORCH_RANK_LEAD = recache.compile(r"^(?:`{1,3}|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d) )\[rank(\d+)\]:")
 
 
 def process_of(line: Line) -> str | None:
@@ -361,6 +385,8 @@ def process_of(line: Line) -> str | None:
     raw = line.raw
     if raw.startswith("[rank") and (tm := _TORCH_RANK.match(raw)):
         return f"rank{tm.group(1)}"  # torch.distributed's own "[rank0]:" prefix on a rank's C++ log lines
+    if raw[:1] in "`2" and "[rank" in raw[:48] and (tm := _TORCH_RANK_LEAD.match(raw)):
+        return f"rank{tm.group(1)}"
     if not (raw.startswith("(") or ") " in raw[:HEAD_WINDOW]):
         return line.rank
     last = None
@@ -477,6 +503,11 @@ class StartupTracker:
             gm = _GLOG.match(text)
         elif text[:1] == "[" and "][" in text[:20]:
             gm = _TAGGED_NATIVE.match(text)
+        elif text[:2] == "[1" and " UCX " in text[:240] and (ux := _UCX.match(text)) is not None:
+            gm = ux
+            if self._native_bare is None and self.cause is None:
+                self._native_bare = self._candidate(line, process_of(line), ux.group("msg").strip(), self.cat.match(ux.group("msg")),
+                                             None, "connector", {"native_record": f"UCX {ux.group('loc')}"}, None)
         elif text[:7] == "[ERROR]" and (cp := _CANN_PLOG.match(line.raw)) is not None:
             # (read from the raw line: the envelope reader takes the record's ".937.954" for a fraction of its own)
             gm = cp
@@ -545,6 +576,9 @@ class StartupTracker:
             if tm := _TORCH_RANK.match(body.lstrip()):
                 body = body.lstrip()[tm.end():]
                 body = body[1:] if body[:1] == " " else body
+        elif body[:1] in "`2" and "[rank" in body[:48] and (tm := _TORCH_RANK_LEAD.match(body)):
+            body = body[tm.end():]
+            body = body[1:] if body[:1] == " " else body
         if level is None and body[:1] == "[" and (cm := _C10.match(body)):
             level, body = _C10_LEVEL[cm.group("l")], body[cm.end():]
         elif level is None and body[:2] == "[2" and (rcm := _RAY_CPP.match(body)):
@@ -634,6 +668,13 @@ class StartupTracker:
         tb = self._tb.get(proc)
         if tb is None and level not in ("INFO", "DEBUG", "WARNING", "WARN") and (_FRAME.match(body_s) or _CUT_FRAME.match(body_s)):
             # an excerpt that starts inside a traceback: its frames without the first line
+            self._open_tb(proc, line.number, body_s, level)
+            self._headless.add(proc)
+            return
+        if tb is None and level is None and body_s[:6] == "raise " and proc is not None and _RAISE.match(body_s):
+            # a process's output that starts at a traceback's raise source line (the frames above it not in the
+            # excerpt): a headless traceback, read like one cut there — its literal is the cause only when it is
+            # a catalogued message (`_raise_statement_cause`), otherwise a fragment without a start-up frame
             self._open_tb(proc, line.number, body_s, level)
             self._headless.add(proc)
             return
@@ -735,8 +776,9 @@ class StartupTracker:
             return
         m = self.cat.match(body_s)
         exc = em.group("exc") if em else None
-        if m is not None and m.warning and level is None and exc is None:
-            # vLLM's warning text stated without its log head: it waits after it (see `warning_forms`)
+        if m is not None and exc is None and (m.warning and level is None or m.entry.recovered and level in ("ERROR", "CRITICAL")):
+            # vLLM's warning text stated without its log head: it waits after it (see `warning_forms`); or an
+            # error vLLM logs and recovers from (`recovered`)
             if self._weak is None:
                 self._weak = self._candidate(line, proc, body_s, m, None, None, {}, tb)
             return
@@ -748,7 +790,7 @@ class StartupTracker:
             if rm and self._relayed is None:
                 # vLLM's executor relays the failing worker's exception text ("Worker failed with error '<msg>'";
                 # 0.8.x printed it as a tuple): that text, when the worker's own traceback is not in the excerpt
-                msg = (rm.group("a") or rm.group("b") or rm.group("c") or rm.group("e") or rm.group("d") or "").strip()
+                msg = (rm.group("a") or rm.group("b") or rm.group("c") or rm.group("e") or rm.group("d") or rm.group("f") or "").strip()
                 if len(msg) >= 8:
                     # V0's record names the worker that raised (0.5.5 executor/multiproc_worker_utils.py:226-228
                     # "Exception in worker %s while processing method %s: %s, %s"): its process when no prefix says so
