@@ -868,7 +868,7 @@ class Condition(_Frozen):
 
     # no __slots__: the cached properties below live in the instance __dict__, pickled with it (`__getstate__`)
     _FIELDS = ("source", "tree")
-    __reduce__ = object.__reduce__
+    __reduce__ = object.__reduce__  # type: ignore[assignment]  # the default: a new object, its __dict__ set back
     source: str
     tree: Node
 
