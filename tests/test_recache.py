@@ -4,6 +4,7 @@ problem with the cache file falls back to `re.compile` silently."""
 from __future__ import annotations
 
 import json
+import marshal
 import os
 import re
 import subprocess
@@ -56,7 +57,7 @@ def test_every_catalogue_regex_built_from_its_cached_program_equals_re_compile(t
     for p in pats:
         recache.compile(p.pattern, p.flags)
     recache.flush()
-    doc = json.loads((tmp_path / "c" / recache.FILE_NAME).read_text())
+    doc = marshal.loads((tmp_path / "c" / recache.FILE_NAME).read_bytes())
     assert doc["tag"] == recache.TAG and len(doc["entries"]) >= len({(p.pattern, p.flags) for p in pats}) - 5
     _fresh(monkeypatch, tmp_path / "c")
     parsed = []
@@ -88,14 +89,34 @@ def test_off_unwritable_corrupt_or_foreign_cache_falls_back_to_re_compile(tmp_pa
 
     target = tmp_path / "c" / recache.FILE_NAME
     target.parent.mkdir()
-    for junk in ("{not json", json.dumps({"tag": "another python", "entries": [["s", pattern, 0, [0, "AAAA", 0, {}, []]]]}),
-                 json.dumps({"tag": recache.TAG, "entries": [["s", pattern, 0, [0, "!!!", 1, {}, [None]]], [1, 2], "x"]})):
-        target.write_text(junk)
+    good = marshal.dumps({"tag": recache.TAG, "entries": [["s", pattern, 0, [0, "!!!", 1, {}, [None]]], [1, 2], "x"]})
+    for junk in (b"{not marshal", b"", good[: len(good) // 2],  # corrupt, empty, truncated
+                 json.dumps({"tag": recache.TAG, "entries": []}).encode(),  # the old JSON format
+                 marshal.dumps({"tag": "another python", "entries": [["s", pattern, 0, [0, "AAAA", 0, {}, []]]]}),
+                 marshal.dumps([1, 2]), good):
+        target.write_bytes(junk)
         _fresh(monkeypatch, tmp_path / "c")
         assert _same(recache.compile(pattern), re.compile(pattern))
         recache.flush()
-        doc = json.loads(target.read_text())  # rewritten whole, with a good entry
+        doc = marshal.loads(target.read_bytes())  # rewritten whole, with a good entry
         assert doc["tag"] == recache.TAG and ["s", pattern, 0] in [e[:3] for e in doc["entries"]]
+
+
+def test_a_cache_file_that_is_not_a_regular_file_of_this_user_is_not_read(tmp_path, monkeypatch):
+    pattern = r"KV cache (?P<n>\d+) \w+"
+    _fresh(monkeypatch, tmp_path / "c")
+    recache.compile(pattern)
+    recache.flush()
+    target = tmp_path / "c" / recache.FILE_NAME
+    assert ["s", pattern, 0] in [e[:3] for e in marshal.loads(target.read_bytes())["entries"]]
+    _fresh(monkeypatch, tmp_path / "c")
+    uid = os.geteuid()
+    monkeypatch.setattr(recache.os, "geteuid", lambda: uid + 1)  # the file is another owner's now
+    assert recache._load() == {}
+    target.unlink()
+    os.mkfifo(target)  # a FIFO there: never read, never blocks
+    _fresh(monkeypatch, tmp_path / "c")
+    assert recache._load() == {} and _same(recache.compile(pattern), re.compile(pattern))
 
 
 def test_derived_values_are_cached_and_checked(tmp_path, monkeypatch):
@@ -167,5 +188,5 @@ def test_a_file_grown_past_its_budget_keeps_what_the_last_run_used(tmp_path, mon
     recache.compile("b+")  # used from the file
     recache.compile("d+")  # new
     recache.flush()
-    doc = json.loads((tmp_path / "c" / recache.FILE_NAME).read_text())
+    doc = marshal.loads((tmp_path / "c" / recache.FILE_NAME).read_bytes())
     assert [e[1] for e in doc["entries"]] == ["b+", "d+"]

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import click
@@ -76,12 +75,15 @@ def use_colour() -> bool:
         return False
 
 
-@dataclass
 class Output:
-    """Where the command's main output goes."""
+    """Where the command's main output goes (a plain class, not a dataclass: ~0.5 ms less at import; read by its
+    attributes only)."""
 
-    path: str | None = None
-    quiet: bool = False
+    __slots__ = ("path", "quiet")
+
+    def __init__(self, path: str | None = None, quiet: bool = False) -> None:
+        self.path = path
+        self.quiet = quiet
 
     def emit(self, text: str, colour: Callable[[str], Any] | None = None) -> None:
         """``text`` to the file or stdout; ``colour`` (text → a rich renderable) is used on a terminal only."""

@@ -25,7 +25,7 @@ Pure Python, no network.  Everything is per rank.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import FrozenInstanceError
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -109,7 +109,16 @@ class UnknownArchitecture(KvlogdiagError, ValueError):
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+def _frozen(self: Any, name: str, value: Any = None) -> None:
+    raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+
+# The records below were dataclasses; written out as plain classes (creating ~6 dataclasses cost ~3 ms of each
+# start, docs/performance.md "Session 8 (2)") with only what is used of the dataclass machinery: the frozen ones
+# refuse assignment, LayerSpec compares and hashes by value (`ModelArch.layer_groups` counts equal specs in a dict),
+# ModelArch keeps its fields, and only them, in its __dict__ (`catalogue_entries` rebuilds one from it).
+
+
 class LayerSpec:
     """KV-relevant facts of one decoder layer.
 
@@ -122,14 +131,42 @@ class LayerSpec:
     """
 
     kind: str
-    num_kv_heads: int = 0
-    head_dim: int = 0
-    sliding_window: int | None = None
-    kv_lora_rank: int = 0
-    qk_rope_head_dim: int = 0
-    compress_ratio: int = 0
-    has_indexer: bool = False
-    state_bytes_per_request: int | None = None
+    num_kv_heads: int
+    head_dim: int
+    sliding_window: int | None
+    kv_lora_rank: int
+    qk_rope_head_dim: int
+    compress_ratio: int
+    has_indexer: bool
+    state_bytes_per_request: int | None
+
+    def __init__(self, kind: str, num_kv_heads: int = 0, head_dim: int = 0, sliding_window: int | None = None,
+                 kv_lora_rank: int = 0, qk_rope_head_dim: int = 0, compress_ratio: int = 0, has_indexer: bool = False,
+                 state_bytes_per_request: int | None = None) -> None:
+        d = self.__dict__
+        d["kind"] = kind
+        d["num_kv_heads"] = num_kv_heads
+        d["head_dim"] = head_dim
+        d["sliding_window"] = sliding_window
+        d["kv_lora_rank"] = kv_lora_rank
+        d["qk_rope_head_dim"] = qk_rope_head_dim
+        d["compress_ratio"] = compress_ratio
+        d["has_indexer"] = has_indexer
+        d["state_bytes_per_request"] = state_bytes_per_request
+
+    __setattr__ = __delattr__ = _frozen
+
+    def _key(self) -> tuple[Any, ...]:
+        return (self.kind, self.num_kv_heads, self.head_dim, self.sliding_window, self.kv_lora_rank,
+                self.qk_rope_head_dim, self.compress_ratio, self.has_indexer, self.state_bytes_per_request)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            return self._key() == other._key()  # type: ignore[attr-defined]
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._key())
 
     def describe(self) -> str:
         """Short human-readable description (``"full 8×128"``, ``"sliding 4096"``, …)."""
@@ -153,15 +190,18 @@ class LayerSpec:
         return self.kind
 
 
-@dataclass(frozen=True)
 class LayerGroup:
     """A run-length summary: ``count`` layers sharing one :class:`LayerSpec`."""
 
     spec: LayerSpec
     count: int
 
+    def __init__(self, spec: LayerSpec, count: int) -> None:
+        self.__dict__.update(spec=spec, count=count)
 
-@dataclass(frozen=True)
+    __setattr__ = __delattr__ = _frozen
+
+
 class ModelArch:
     """KV-relevant architecture of a model.
 
@@ -180,21 +220,30 @@ class ModelArch:
     num_kv_heads: int
     head_dim: int
     layers: tuple[LayerSpec, ...]
-    num_mtp_layers: int = 0
-    mtp_layer: LayerSpec | None = None
-    default_dtype: str = "bfloat16"
-    auto_kv_cache_dtype: str | None = None
-    max_position_embeddings: int | None = None
-    num_attention_heads: int | None = None
-    verified: bool = True
-    source: str = ""
-    notes: tuple[str, ...] = ()
+    num_mtp_layers: int
+    mtp_layer: LayerSpec | None
+    default_dtype: str
+    auto_kv_cache_dtype: str | None
+    max_position_embeddings: int | None
+    num_attention_heads: int | None
+    verified: bool
+    source: str
+    notes: tuple[str, ...]
 
-    def __post_init__(self) -> None:
-        if len(self.layers) != self.num_layers:
-            raise ValueError(
-                f"{self.name}: {len(self.layers)} layer specs for num_layers={self.num_layers}"
-            )
+    def __init__(self, name: str, family: str, num_layers: int, num_kv_heads: int, head_dim: int,
+                 layers: tuple[LayerSpec, ...], num_mtp_layers: int = 0, mtp_layer: LayerSpec | None = None,
+                 default_dtype: str = "bfloat16", auto_kv_cache_dtype: str | None = None,
+                 max_position_embeddings: int | None = None, num_attention_heads: int | None = None,
+                 verified: bool = True, source: str = "", notes: tuple[str, ...] = ()) -> None:
+        self.__dict__.update(
+            name=name, family=family, num_layers=num_layers, num_kv_heads=num_kv_heads, head_dim=head_dim,
+            layers=layers, num_mtp_layers=num_mtp_layers, mtp_layer=mtp_layer, default_dtype=default_dtype,
+            auto_kv_cache_dtype=auto_kv_cache_dtype, max_position_embeddings=max_position_embeddings,
+            num_attention_heads=num_attention_heads, verified=verified, source=source, notes=notes)
+        if len(layers) != num_layers:
+            raise ValueError(f"{name}: {len(layers)} layer specs for num_layers={num_layers}")
+
+    __setattr__ = __delattr__ = _frozen
 
     @property
     def layer_groups(self) -> tuple[LayerGroup, ...]:
@@ -223,7 +272,6 @@ class ModelArch:
         return (windowed and full_like) or (KIND_MAMBA in kinds and len(kinds) > 1)
 
 
-@dataclass
 class ExpectedKV:
     """What the KV cache of one model should cost per rank.
 
@@ -249,16 +297,46 @@ class ExpectedKV:
     fixed_bytes_per_request: float
     hma_off_bytes_per_token: float
     log_figure: float | None
-    per_stage_bytes_per_token: tuple[float, ...] = ()
-    breakdown: dict[str, float] = field(default_factory=dict)
-    window_terms: tuple[tuple[int, float], ...] = ()
-    state_bytes_per_request: float = 0.0
-    max_model_len: int | None = None
-    vllm_version: str | None = None
-    assumptions: list[str] = field(default_factory=list)
-    verified: bool = True
+    per_stage_bytes_per_token: tuple[float, ...]
+    breakdown: dict[str, float]
+    window_terms: tuple[tuple[int, float], ...]
+    state_bytes_per_request: float
+    max_model_len: int | None
+    vllm_version: str | None
+    assumptions: list[str]
+    verified: bool
     #: False when TP does not divide the attention heads (vLLM refuses that layout); None if unknown
-    tp_divides_heads: bool | None = None
+    tp_divides_heads: bool | None
+
+    def __init__(self, model: str, tp: int, pp: int, kv_cache_dtype: str, dtype_bytes: int, block_size: int,
+                 in_flight_tokens: int, hma_enabled: bool, bytes_per_token: float, fixed_bytes_per_request: float,
+                 hma_off_bytes_per_token: float, log_figure: float | None,
+                 per_stage_bytes_per_token: tuple[float, ...] = (), breakdown: dict[str, float] | None = None,
+                 window_terms: tuple[tuple[int, float], ...] = (), state_bytes_per_request: float = 0.0,
+                 max_model_len: int | None = None, vllm_version: str | None = None,
+                 assumptions: list[str] | None = None, verified: bool = True,
+                 tp_divides_heads: bool | None = None) -> None:
+        self.model = model
+        self.tp = tp
+        self.pp = pp
+        self.kv_cache_dtype = kv_cache_dtype
+        self.dtype_bytes = dtype_bytes
+        self.block_size = block_size
+        self.in_flight_tokens = in_flight_tokens
+        self.hma_enabled = hma_enabled
+        self.bytes_per_token = bytes_per_token
+        self.fixed_bytes_per_request = fixed_bytes_per_request
+        self.hma_off_bytes_per_token = hma_off_bytes_per_token
+        self.log_figure = log_figure
+        self.per_stage_bytes_per_token = per_stage_bytes_per_token
+        self.breakdown = {} if breakdown is None else breakdown
+        self.window_terms = window_terms
+        self.state_bytes_per_request = state_bytes_per_request
+        self.max_model_len = max_model_len
+        self.vllm_version = vllm_version
+        self.assumptions = [] if assumptions is None else assumptions
+        self.verified = verified
+        self.tp_divides_heads = tp_divides_heads
 
     def request_bytes(self, tokens: int) -> float:
         """Bytes (per rank) one request of ``tokens`` context tokens occupies.
@@ -279,7 +357,6 @@ class ExpectedKV:
         return total + self.state_bytes_per_request
 
 
-@dataclass(frozen=True)
 class CatalogueEntry:
     """One entry of ``data/models.toml`` (``arch`` built from its ``config`` table)."""
 
@@ -288,6 +365,11 @@ class CatalogueEntry:
     verified: bool
     source: str
     arch: ModelArch
+
+    def __init__(self, name: str, aliases: tuple[str, ...], verified: bool, source: str, arch: ModelArch) -> None:
+        self.__dict__.update(name=name, aliases=aliases, verified=verified, source=source, arch=arch)
+
+    __setattr__ = __delattr__ = _frozen
 
 
 # ---------------------------------------------------------------------------------------------
@@ -730,13 +812,17 @@ def lookup_model(name_from_log: str) -> ModelArch | None:
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclass
 class _LayerCost:
     """What one layer adds per token: bytes at full context, bytes in a window, and the window."""
-    context: float = 0.0  # bytes per context token at full length
-    window_bytes: float = 0.0  # bytes per token of a windowed cache
-    window: int | None = None
-    state: float = 0.0  # bytes per request
+
+    __slots__ = ("context", "window_bytes", "window", "state")
+
+    def __init__(self, context: float = 0.0, window_bytes: float = 0.0, window: int | None = None,
+                 state: float = 0.0) -> None:
+        self.context = context  # bytes per context token at full length
+        self.window_bytes = window_bytes  # bytes per token of a windowed cache
+        self.window = window
+        self.state = state  # bytes per request
 
 
 def _layer_cost(spec: LayerSpec, tp: int, dt: int, kv_dtype: str, platform: str,

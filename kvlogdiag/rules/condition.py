@@ -46,7 +46,7 @@ import operator
 import re
 from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import FrozenInstanceError
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, Union
 
 if TYPE_CHECKING:
@@ -99,8 +99,39 @@ class EvaluationError(_PositionedError):
     """A condition could not be evaluated; ``position`` is the column, if known."""
 
 
-@dataclass(frozen=True)
-class FunctionSpec:
+class _Frozen:
+    """The frozen-dataclass behaviour these records had, written out (a dataclass costs ~0.5 ms to create at
+    import, docs/performance.md "Session 8 (2)"): set once in ``__init__``, compared, hashed and shown by their
+    fields (`_FIELDS`, in order), pickled as a call of the class with those fields."""
+
+    __slots__ = ()
+    _FIELDS: tuple[str, ...] = ()
+
+    def _values(self) -> tuple[Any, ...]:  # each class: its fields' values, in `_FIELDS` order
+        raise NotImplementedError
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            return self._values() == other._values()  # type: ignore[attr-defined]
+        return NotImplemented
+
+    def __hash__(self) -> int:  # lru_cache keys (engine.py) and sets of conditions hash them
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__qualname__}({', '.join(f'{f}={v!r}' for f, v in zip(self._FIELDS, self._values()))})"
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __reduce__(self) -> tuple[Any, ...]:  # Class(*fields): half the cost of a state to set back field by field
+        return self.__class__, self._values()
+
+
+class FunctionSpec(_Frozen):
     """Arity of a registered function (``max_args=None``: unbounded).
 
     A string literal passed at an index in ``regex_args`` is compiled at load
@@ -109,60 +140,129 @@ class FunctionSpec:
     an integer within +/-``MAX_ROUND_DIGITS``.
     """
 
-    min_args: int = 0
-    max_args: int | None = None
-    regex_args: frozenset[int] = frozenset()
-    digits_args: frozenset[int] = frozenset()
+    __slots__ = ("min_args", "max_args", "regex_args", "digits_args")
+    _FIELDS = __slots__
+    min_args: int
+    max_args: int | None
+    regex_args: frozenset[int]
+    digits_args: frozenset[int]
 
-    def __post_init__(self) -> None:
-        if self.min_args < 0 or (self.max_args is not None and self.max_args < self.min_args):
-            raise ValueError(f"invalid arity {self.min_args}..{self.max_args}")
+    def __init__(self, min_args: int = 0, max_args: int | None = None, regex_args: frozenset[int] = frozenset(),
+                 digits_args: frozenset[int] = frozenset()) -> None:
+        if min_args < 0 or (max_args is not None and max_args < min_args):
+            raise ValueError(f"invalid arity {min_args}..{max_args}")
+        _set = object.__setattr__
+        _set(self, "min_args", min_args)
+        _set(self, "max_args", max_args)
+        _set(self, "regex_args", regex_args)
+        _set(self, "digits_args", digits_args)
+
+    def _values(self) -> tuple[Any, ...]:
+        return (self.min_args, self.max_args, self.regex_args, self.digits_args)
 
 
-@dataclass(frozen=True, slots=True)
-class Literal:
+class Literal(_Frozen):
     """A constant: null, true/false, a number or a string."""
+
+    __slots__ = ("value", "pos")
+    _FIELDS = __slots__
     value: None | bool | int | float | str
     pos: int
 
+    def __init__(self, value: None | bool | int | float | str, pos: int) -> None:
+        object.__setattr__(self, "value", value)
+        object.__setattr__(self, "pos", pos)
 
-@dataclass(frozen=True, slots=True)
-class Name:
+    def _values(self) -> tuple[Any, ...]:
+        return (self.value, self.pos)
+
+
+class Name(_Frozen):
     """A name from the rule's context or its [let] table."""
+
+    __slots__ = ("name", "pos")
+    _FIELDS = __slots__
     name: str
     pos: int
 
+    def __init__(self, name: str, pos: int) -> None:
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "pos", pos)
 
-@dataclass(frozen=True, slots=True)
-class ListExpr:
+    def _values(self) -> tuple[Any, ...]:
+        return (self.name, self.pos)
+
+
+class ListExpr(_Frozen):
     """A list literal, ``[a, b, ...]``."""
+
+    __slots__ = ("items", "pos")
+    _FIELDS = __slots__
     items: tuple[Node, ...]
     pos: int
 
+    def __init__(self, items: tuple[Node, ...], pos: int) -> None:
+        object.__setattr__(self, "items", items)
+        object.__setattr__(self, "pos", pos)
 
-@dataclass(frozen=True, slots=True)
-class Call:
+    def _values(self) -> tuple[Any, ...]:
+        return (self.items, self.pos)
+
+
+class Call(_Frozen):
     """A function call, ``name(args...)``."""
+
+    __slots__ = ("name", "args", "pos")
+    _FIELDS = __slots__
     name: str
     args: tuple[Node, ...]
     pos: int
 
+    def __init__(self, name: str, args: tuple[Node, ...], pos: int) -> None:
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "args", args)
+        object.__setattr__(self, "pos", pos)
 
-@dataclass(frozen=True, slots=True)
-class Unary:
+    def _values(self) -> tuple[Any, ...]:
+        return (self.name, self.args, self.pos)
+
+
+class Unary(_Frozen):
     """A prefix or postfix operator applied to one operand."""
+
+    __slots__ = ("op", "operand", "pos")
+    _FIELDS = __slots__
     op: str  # '-', 'not', 'is null', 'is not null'
     operand: Node
     pos: int
 
+    def __init__(self, op: str, operand: Node, pos: int) -> None:
+        object.__setattr__(self, "op", op)
+        object.__setattr__(self, "operand", operand)
+        object.__setattr__(self, "pos", pos)
 
-@dataclass(frozen=True, slots=True)
-class Binary:
+    def _values(self) -> tuple[Any, ...]:
+        return (self.op, self.operand, self.pos)
+
+
+class Binary(_Frozen):
     """An infix operator applied to two operands."""
+
+    __slots__ = ("op", "left", "right", "pos")
+    _FIELDS = __slots__
     op: str  # or and == != < <= > >= in 'not in' + - * / %
     left: Node
     right: Node
     pos: int
+
+    def __init__(self, op: str, left: Node, right: Node, pos: int) -> None:
+        object.__setattr__(self, "op", op)
+        object.__setattr__(self, "left", left)
+        object.__setattr__(self, "right", right)
+        object.__setattr__(self, "pos", pos)
+
+    def _values(self) -> tuple[Any, ...]:
+        return (self.op, self.left, self.right, self.pos)
 
 
 Node = Union[Literal, Name, ListExpr, Call, Unary, Binary]
@@ -763,12 +863,21 @@ def _program(node: Node) -> _Program:
     return lambda ev: ev.visit(node)
 
 
-@dataclass(frozen=True)
-class Condition:
+class Condition(_Frozen):
     """A parsed, validated condition; immutable and safe to share between threads."""
 
+    # no __slots__: the cached properties below live in the instance __dict__, pickled with it (`__getstate__`)
+    _FIELDS = ("source", "tree")
+    __reduce__ = object.__reduce__  # type: ignore[assignment]  # the default: a new object, its __dict__ set back
     source: str
     tree: Node
+
+    def __init__(self, source: str, tree: Node) -> None:
+        object.__setattr__(self, "source", source)
+        object.__setattr__(self, "tree", tree)
+
+    def _values(self) -> tuple[Any, ...]:
+        return (self.source, self.tree)
 
     @functools.cached_property
     def names(self) -> frozenset[str]:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import functools
 import math
 import re
-from dataclasses import dataclass, field
 from dataclasses import fields as dataclass_fields
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -43,6 +42,7 @@ from kvlogdiag.rules.condition import (
     ListExpr,
     Literal,
     Unary,
+    _Frozen,
     bounded_round,
     compile_user_regex,
     parse,
@@ -148,20 +148,43 @@ def suggest(word: str, candidates: Iterable[str]) -> str:
     return f" (did you mean {said}?)"
 
 
-@dataclass(frozen=True)
-class Check:
+class Check(_Frozen):
     """One [[check]] of a rule: when its condition holds, the message at that severity."""
+
+    __slots__ = ("when", "message", "severity", "fix", "evidence", "suggest")
+    _FIELDS = __slots__
     when: Condition
     message: str
     severity: str
     fix: str | None
     evidence: tuple[str, ...]
-    suggest: suggestion_spec.SuggestSpec | None = None  # the one setting this check's finding changes
+    suggest: suggestion_spec.SuggestSpec | None  # the one setting this check's finding changes
+
+    def __init__(self, when: Condition, message: str, severity: str, fix: str | None, evidence: tuple[str, ...],
+                 suggest: suggestion_spec.SuggestSpec | None = None) -> None:
+        _set = object.__setattr__
+        _set(self, "when", when)
+        _set(self, "message", message)
+        _set(self, "severity", severity)
+        _set(self, "fix", fix)
+        _set(self, "evidence", evidence)
+        _set(self, "suggest", suggest)
+
+    def _values(self) -> tuple[Any, ...]:
+        return (self.when, self.message, self.severity, self.fix, self.evidence, self.suggest)
 
 
-@dataclass
+_RULE_FIELDS = ("code", "name", "severity", "summary", "message", "why", "fix", "references", "applies_to", "params",
+                "lets", "checks", "samples", "path", "line_patterns", "builtin")
+
+
 class Rule:
-    """One rule file, loaded: its code, texts, conditions and checks."""
+    """One rule file, loaded: its code, texts, conditions and checks.
+
+    A plain class, not a dataclass (~0.5 ms less at import, docs/performance.md "Session 8 (2)"): compared by its
+    fields (the rule-set cache's tests compare a cached set with a loaded one), unhashable, pickled by its
+    ``__dict__`` (cached properties included)."""
+
     code: str
     name: str
     severity: str
@@ -176,8 +199,36 @@ class Rule:
     checks: list[Check]
     samples: list[dict]
     path: str
-    line_patterns: tuple[str, ...] = ()
-    builtin: bool = True
+    line_patterns: tuple[str, ...]
+    builtin: bool
+
+    def __init__(self, code: str, name: str, severity: str, summary: str, message: str, why: str, fix: str,
+                 references: list[str], applies_to: dict[str, Any], params: dict[str, Any],
+                 lets: list[tuple[str, Condition]], checks: list[Check], samples: list[dict], path: str,
+                 line_patterns: tuple[str, ...] = (), builtin: bool = True) -> None:
+        self.code = code
+        self.name = name
+        self.severity = severity
+        self.summary = summary
+        self.message = message
+        self.why = why
+        self.fix = fix
+        self.references = references
+        self.applies_to = applies_to
+        self.params = params
+        self.lets = lets
+        self.checks = checks
+        self.samples = samples
+        self.path = path
+        self.line_patterns = line_patterns
+        self.builtin = builtin
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            return all(getattr(self, f) == getattr(other, f) for f in _RULE_FIELDS)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as the dataclass was
 
     def max_severity(self) -> str:
         return max((c.severity for c in self.checks), key=lambda s: SEVERITY_RANK[s], default=self.severity)
@@ -198,10 +249,20 @@ class Rule:
         return frozenset(rule_names_used(self))
 
 
-@dataclass
 class RuleSet:
-    """The rules in use, in order."""
-    rules: list[Rule] = field(default_factory=list)
+    """The rules in use, in order (a plain class like `Rule`: compared by its rules, unhashable)."""
+
+    rules: list[Rule]
+
+    def __init__(self, rules: list[Rule] | None = None) -> None:
+        self.rules = [] if rules is None else rules
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            return self.rules == other.rules  # type: ignore[attr-defined]
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
 
     def by_code(self) -> dict[str, Rule]:
         return {r.code: r for r in self.rules}
@@ -556,11 +617,14 @@ def _line_patterns(cond: Condition) -> list[str]:
 # --- evaluation -----------------------------------------------------------------------------
 
 
-@dataclass
 class RuleError:
-    """A rule that failed to evaluate on this log, and why."""
-    code: str
-    message: str
+    """A rule that failed to evaluate on this log, and why (read by its attributes only)."""
+
+    __slots__ = ("code", "message")
+
+    def __init__(self, code: str, message: str) -> None:
+        self.code = code
+        self.message = message
 
 
 def applies(rule: Rule, ctx: dict[str, Any]) -> bool:

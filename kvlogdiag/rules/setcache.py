@@ -184,25 +184,12 @@ def _warm(rules: Any) -> None:
 
 
 def _dumps(value: Any) -> bytes:
-    """``pickle.dumps(value)``, a condition node stored as a call of its class with its fields in order:
-    the dataclasses' own ``__setstate__`` for frozen slots classes (Python code calling ``fields()`` for every
-    node) made reading ~1,500 nodes back most of a load; ``Class(*fields)`` is the same object at half the cost."""
-    import copyreg
+    """``pickle.dumps(value)``. A condition node pickles as a call of its class with its fields in order
+    (`kvlogdiag.rules.condition._Frozen.__reduce__`): a state set back field by field made reading ~1,500
+    nodes back most of a load; ``Class(*fields)`` is the same object at half the cost."""
     import pickle
-    from dataclasses import fields
 
-    from kvlogdiag.rules import condition as c
-
-    def reduce(node: Any) -> tuple:
-        return type(node), tuple(getattr(node, f.name) for f in fields(node))
-
-    buf = io.BytesIO()
-    pickler = pickle.Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL)
-    pickler.dispatch_table = copyreg.dispatch_table.copy()
-    for cls in (c.Literal, c.Name, c.ListExpr, c.Call, c.Unary, c.Binary):
-        pickler.dispatch_table[cls] = reduce
-    pickler.dump(value)
-    return buf.getvalue()
+    return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def _trim(d: str, keep: str) -> None:

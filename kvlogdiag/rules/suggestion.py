@@ -23,27 +23,41 @@ suggestions to the launch arguments reconstructed from the log (modes/suggest.py
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Callable
 
-from kvlogdiag.rules.condition import Condition
+from kvlogdiag.rules.condition import Condition, _Frozen
 
 KEYS = {"flag": "a vLLM flag (--max-model-len)", "env": "an environment variable (VLLM_...)",
         "value": "an expression", "when": "a condition", "measure": "a template",
         "restart_and_measure": "a template", "remove": "true/false"}
 
 
-@dataclass(frozen=True)
-class SuggestSpec:
+class SuggestSpec(_Frozen):
     """One setting a finding changes (see the module docstring)."""
 
+    # no __slots__: read with vars() (tests/test_startup_cache.py collects its conditions that way)
+    _FIELDS = ("flag", "env", "value", "when", "measure", "restart_and_measure", "remove")
     flag: str | None
     env: str | None
     value: Condition | None
     when: Condition | None
     measure: str | None
     restart_and_measure: str | None
-    remove: bool = False
+    remove: bool
+
+    def __init__(self, flag: str | None, env: str | None, value: Condition | None, when: Condition | None,
+                 measure: str | None, restart_and_measure: str | None, remove: bool = False) -> None:
+        _set = object.__setattr__
+        _set(self, "flag", flag)
+        _set(self, "env", env)
+        _set(self, "value", value)
+        _set(self, "when", when)
+        _set(self, "measure", measure)
+        _set(self, "restart_and_measure", restart_and_measure)
+        _set(self, "remove", remove)
+
+    def _values(self) -> tuple[Any, ...]:
+        return (self.flag, self.env, self.value, self.when, self.measure, self.restart_and_measure, self.remove)
 
 
 def merge(base: dict | None, override: Any) -> dict | None:
