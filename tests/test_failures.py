@@ -100,7 +100,6 @@ KNOWN_MISSES = {
     "r37_09_v05x_feature_thread_rank0_deepseek_coder_v2_awq_pack_params_mergedcolumnparallellinear_no_weight",
     "r37_11_pr_v1_jan2026_a100_serve_qwen3_fp8_block_compressed_tensors_w8a16_unsupported_weight_strategy_block",
     "r37_13_pr_v08x_macos_source_use_modelscope_serve_qwen15_import_modelscope_module_not_found",
-    "r38_01_ascend_v0_mqllmengine_llama31_prefix_cache_chunked_prefill_not_supported_third_chat_not_startup",
     "r38_02_ascend_v0101rc1_two_nodes_deepseek_v31_w8a8_worker_hccl_transport_init_create_dest_error",
     "r38_12_qwen3_coder_480b_fp8_h20e_tp8_ep_fused_moe_triton_out_of_resource_shared_memory",
     "r38_14_gpustack_rtx4090_vllm_serve_cosyvoice_300m_could_not_determine_model_type_quoted",
