@@ -106,7 +106,6 @@ KNOWN_MISSES = {
     "r38_15_vllm_omni_docker_v0170_bagel_7b_mot_fp8_profile_run_cublas_status_invalid_value",
     "r38_16_kserve_vllm_backend_gpu_request_nvml_shared_library_not_found_unspecified_platform",
     "r38_20_ascend_v084rc2_image_vllm_serve_plugin_register_module_vllm_has_no_version_workdir_shadowing",
-    "r38_22_dynamo_v0_disagg_benchmark_nixl_init_ucx_connect_refused_nixl_err_backend",
     # rounds 35-36 (session 8 first pass, on every session-8 failure rule: the same verdicts as on session 7's code);
     # left by the s8/fail3 pass (docs/failures.md "Rounds 35–36"): r36_19 an empty device list that is a code path's
     # bug (r35_15, its request line now read: s8/fail4's first request-logger line, kvlogdiag/input/reader.py)
