@@ -272,7 +272,8 @@ class Analyzer:
         else:
             # a plain session reads runs of stats lines at once (Extractor.feed_run)
             runs = batch
-            lines = iter_lines(fh, source, self.line_prefilter(), stats, stats_runs=runs)
+            # the first request-logger line too: the start-up tracker reads it as "the server was up"
+            lines = iter_lines(fh, source, self.line_prefilter(), stats, stats_runs=runs, first_request=True)
         self._batch_stats = batch
         try:
             if not runs:

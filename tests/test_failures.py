@@ -85,7 +85,7 @@ def read_like_analyze(path: Path) -> dict:
         if width:
             lines = unwrap_lines(iter_lines(fh, str(path), None), width)
         else:
-            lines = iter_lines(fh, str(path), prefilter_regex(prefilter_keywords()))
+            lines = iter_lines(fh, str(path), prefilter_regex(prefilter_keywords()), first_request=True)
         for line in lines:
             t.feed(line)
     return t.result()
@@ -100,18 +100,15 @@ KNOWN_MISSES = {
     "r37_09_v05x_feature_thread_rank0_deepseek_coder_v2_awq_pack_params_mergedcolumnparallellinear_no_weight",
     "r37_11_pr_v1_jan2026_a100_serve_qwen3_fp8_block_compressed_tensors_w8a16_unsupported_weight_strategy_block",
     "r37_13_pr_v08x_macos_source_use_modelscope_serve_qwen15_import_modelscope_module_not_found",
-    "r38_01_ascend_v0_mqllmengine_llama31_prefix_cache_chunked_prefill_not_supported_third_chat_not_startup",
     "r38_02_ascend_v0101rc1_two_nodes_deepseek_v31_w8a8_worker_hccl_transport_init_create_dest_error",
     "r38_12_qwen3_coder_480b_fp8_h20e_tp8_ep_fused_moe_triton_out_of_resource_shared_memory",
     "r38_14_gpustack_rtx4090_vllm_serve_cosyvoice_300m_could_not_determine_model_type_quoted",
     "r38_15_vllm_omni_docker_v0170_bagel_7b_mot_fp8_profile_run_cublas_status_invalid_value",
     "r38_16_kserve_vllm_backend_gpu_request_nvml_shared_library_not_found_unspecified_platform",
     "r38_20_ascend_v084rc2_image_vllm_serve_plugin_register_module_vllm_has_no_version_workdir_shadowing",
-    "r38_22_dynamo_v0_disagg_benchmark_nixl_init_ucx_connect_refused_nixl_err_backend",
     # rounds 35-36 (session 8 first pass, on every session-8 failure rule: the same verdicts as on session 7's code);
-    # left by the s8/fail3 pass (docs/failures.md "Rounds 35–36"): r35_15 the request line is not read, r36_19 an
-    # empty device list that is a code path's bug
-    "r35_15_v07x_serve_xgrammar_structured_output_cuda_home_not_set_at_request_not_failed",
+    # left by the s8/fail3 pass (docs/failures.md "Rounds 35–36"): r36_19 an empty device list that is a code path's
+    # bug (r35_15, its request line now read: s8/fail4's first request-logger line, kvlogdiag/input/reader.py)
     "r36_19_tpu_inference_flax_nnx_use_jax_profiler_server_tpu_worker_init_indexerror_devices",
     # round 34 (session 8): the weight-shape assertion of a TP-sharded parameter (classed model; the labeler reads the
     # TP size, and the same assertion also follows a wrong checkpoint); torch's "Dimension out of range" only inside a
@@ -168,11 +165,10 @@ KNOWN_MISSES = {
     "r16_07_v1_qwen25_omni_tp4_4090_worker_tuple_no_ndim", "r16_15_xinference_130_vllm_launch_keyerror_reasoning_content",
     "r16_10_serve_unsloth_bnb_enable_lora_opt_no_lora_support", "r16_19_v06_serve_internvl2_8b_trust_remote_code_lowercased",
     "r16_18_gaudi3_vllm_fork_405b_fp8_hpu_graph_warmup_cut",
-    # round 17: a worker dying on the first request whose request lines the line prefilter drops (kept out of it on
-    # purpose: request lines are the bulk of a long log; read with every line, the start is seen served), a multimodal placeholder error known as request time only from the thread (wrong), a wrapper
+    # round 17 (r17_08, a worker dying on the first request, found since s8/fail4 passes the first request-logger
+    # line): a multimodal placeholder error known as request time only from the thread (wrong), a wrapper
     # (GPUStack) failing before any vLLM process with a message no catalogue knows, a message of a fork (Gaudi's
     # torch.Generator) with no released text to class it
-    "r17_08_k8s_cpu_image_v064_worker_died_on_first_request",
     "r17_17_llamafactory_internvl3_hf_api_server_mm_placeholder_on_request",
     "r17_14_gpustack_v201_ascend_910b3_vllm_backend_image_not_found",
     "r17_25_gaudi2_vllm_fork_v063_load_format_dummy_hpu_generator",
@@ -248,7 +244,6 @@ KNOWN_MISSES = {
     "r28_20_llm_d_deployer_baremetal_k8s_decode_pod_crashloop_no_nvidia_runtime_unspecified_platform",
     "r28_23_lmcache_038_with_vllm_0110_connector_import_no_module_vllm_utils_torch_utils",
     "r29_05_v0_2023_api_server_qwen_7b_http_request_generate_qwentokenizer_no_byte_decoder",
-    "r29_08_v05x_v0_tp_after_torchvision_cpu_reinstall_request_custom_op_rms_norm_missing",
     "r29_12_v010x_venv_dp4_expert_parallel_qwen_moe_fused_moe_modular_kernel_w1_bias_typeerror",
     "r29_13_v01x_2023_llama2_7b_chat_meta_download_no_architectures_nonetype_not_iterable",
     "r29_14_v07x_conda_a100_deepseek_vl2_v0_mq_engine_no_model_architectures_specified",

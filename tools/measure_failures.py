@@ -32,7 +32,7 @@ def verdict(path: Path) -> dict:
         if width:
             lines = unwrap_lines(iter_lines(fh, str(path), None), width)
         else:
-            lines = iter_lines(fh, str(path), prefilter_regex(prefilter_keywords()))
+            lines = iter_lines(fh, str(path), prefilter_regex(prefilter_keywords()), first_request=True)
         for line in lines:
             t.feed(line)
     return t.result()

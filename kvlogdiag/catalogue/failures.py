@@ -40,6 +40,8 @@ EXTRA_KEYWORDS = ("ERROR", "Error", "error:", "Exception", "Traceback", "Killed"
                   "exit code", "exitcode", "Failed core proc", "failed to start", "[type=",
                   "validation error for", "Application startup complete", "Uvicorn running on",
                   "Avg prompt throughput", 'File "', "fatal signal", "See stack trace",
+                  # uvicorn's own shutdown line: it was serving (extract/failures.py `_UVICORN_SHUTDOWN`)
+                  "INFO:     Shutting down",
                   # the statement above a bare AssertionError says what failed
                   "assert ", "already dead", "Value error, ",
                   # a frame whose start a paste cut off (`…/chatglm.py", line 53, in __init__`)

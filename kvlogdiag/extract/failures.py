@@ -55,6 +55,15 @@ _VALIDATION = recache.compile(r"(?<!\d)(?P<count>\d+) validation errors? for (?P
 _PYDANTIC_ITEM = recache.compile(r"^(?:Value error, (?P<value_error>.*)|(?P<item>.*\[type=[\w.]+.*))$")
 _PID = recache.compile(r"\((?P<name>[^()]*?) pid=(?P<pid>\d+)")
 _STARTED = ("Application startup complete", "Uvicorn running on")
+# uvicorn logs "Shutting down" (0.54.0 uvicorn/server.py:282, its default "INFO:     " level prefix) only from
+# Server.shutdown, which _serve calls only `if self.started` (server.py:105-108): after the socket was bound and the
+# app's start-up completed. vLLM runs uvicorn only once its engine is built (V0 and V1 api_server run_server build the
+# engine client first), so an engine error logged before it was an error of a running server: a request-time error
+_UVICORN_SHUTDOWN = "INFO:     Shutting down"
+# a NIXL status name alone on a line. NIXL's UCX backend turns every UCX status it has no name for into
+# NIXL_ERR_BACKEND (ai-dynamo/nixl src/plugins/ucx/ucx_enums.cpp:41-62 `ucxStatusToNixlStatus`, the default at :58-60,
+# commit 3f26cd6b): the UCX ERROR record just before it (`_UCX`) is the failure itself
+_NIXL_STATUS = recache.compile(r"\s*NIXL_ERR_[A-Z_]+\s*")
 # a request reached the engine: the server was up (vllm/entrypoints/logger.py:38 "Received request %s: prompt: %r, …"
 # in 0.6.6.post1, entrypoints/serve/utils/request_logger.py:66 in 0.32.0; engine/async_llm_engine.py:211 and
 # v1/engine/async_llm.py:173 "Added request %s."), logged at INFO by vLLM's own record head
@@ -562,6 +571,10 @@ class StartupTracker:
                 else:
                     self.served_line = line.number
             return
+        if text.rstrip() == _UVICORN_SHUTDOWN and self.cause is not None and not self.deaths and not self.echoes:
+            self.runtime_line = line.number  # uvicorn had started: what failed before failed while serving
+            self.cause = None
+            return
         if any(s in text for s in _RUNTIME_MARKERS) or _RUNTIME_LINE.search(text) \
                 or "serving_" in text and _SERVING_HEAD.search(text, 0, HEAD_WINDOW):
             # the engine was up: what failed (even a cause read a moment ago, e.g. an OOM the fatal-error
@@ -1039,6 +1052,10 @@ class StartupTracker:
                 c = self._error_line
             if c is None and shown and self._kv_nonpositive is not None:
                 c = self._kv_nonpositive
+            nb = self._native_bare
+            if c is not None and nb is not None and nb.line < c.line <= nb.line + NATIVE_LINES \
+                    and _NIXL_STATUS.fullmatch(c.text) and nb.details.get("native_record", "").startswith("UCX "):
+                c = nb  # NIXL's bare status name right after UCX's own ERROR record: UCX's record says what failed
         failed = c is not None or ((bool(self.echoes) or bool(self.deaths) or bool(open_tb)) and not self.runtime_line)
         out: dict[str, Any] = {
             "failed": failed, "cause_id": None, "cause_class": None, "cause_line": None, "cause_text": None,

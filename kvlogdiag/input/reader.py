@@ -25,6 +25,7 @@ Everything that turns bytes on disk (or a pipe) into clean `Line` objects lives 
 from __future__ import annotations
 
 import array
+import bisect
 import codecs
 import gzip
 import io
@@ -1251,12 +1252,14 @@ class ChunkScanner:
     more (importing numpy costs ~0.1 s).
     """
 
-    def __init__(self, prefilter: "re.Pattern[bytes]", size_hint: int = -1):
+    def __init__(self, prefilter: "re.Pattern[bytes]", size_hint: int = -1, first_request: bool = False):
         self.prefilter = prefilter
         self.expect = _scanned + max(size_hint, 0)  # this process's bytes once the stream is read
         self.finder: _Finder | None = None
         self.bigrams: _BigramFinder | None = None
         self.no_numpy = False
+        # with ``first_request``: the first request-logger line is a candidate too (`first_request_span`)
+        self.request_tries = REQUEST_TRIES if first_request else 0
 
     def __call__(self, chunk: bytes) -> tuple[list[tuple[int, int, int]], int]:
         global _scanned
@@ -1266,10 +1269,10 @@ class ChunkScanner:
         if big and self.bigrams is None and not self.no_numpy and total > NUMPY_AFTER_BYTES:
             self.bigrams = _bigram_finder_for(self.prefilter, chunk)
             self.no_numpy = self.bigrams is None  # no numpy (or not a literal prefilter): stop asking
-        if big and self.bigrams is not None:
-            return self.bigrams.lines(chunk)
         if self.finder is None and (total > FINDER_AFTER_BYTES or _finder_is_cheap(self.prefilter)):
             self.finder = _finder_for(self.prefilter)
+        if big and self.bigrams is not None:
+            return self._with_request(chunk, self.bigrams.lines(chunk))
         spans = self.finder.spans(chunk) if self.finder is not None else _regex_spans(chunk, self.prefilter)
         out = []
         count = chunk.count
@@ -1278,10 +1281,56 @@ class ChunkScanner:
             newlines += count(b"\n", pos, start)
             out.append((newlines, start, end))
             pos = end
-        return out, newlines + count(b"\n", pos)
+        return self._with_request(chunk, (out, newlines + count(b"\n", pos)))
+
+    def _with_request(self, chunk: bytes, got: tuple[list[tuple[int, int, int]], int]) -> tuple[list[tuple[int, int, int]], int]:
+        if not self.request_tries:
+            return got
+        span, self.request_tries = first_request_span(chunk, self.request_tries)
+        if span is None:
+            return got
+        self.request_tries = 0  # one line is enough: the start-up tracker needs only the first
+        out, newlines = got
+        start, end = span
+        at = bisect.bisect_left(out, start, key=lambda t: t[1])
+        if at < len(out) and out[at][1] == start:
+            return got  # a candidate already
+        out.insert(at, (chunk.count(b"\n", 0, start), start, end))
+        return out, newlines
 
 
 _scanned = 0  # bytes ChunkScanner has seen in this process
+
+# The start-up tracker reads a request reaching the engine as "the server was up" (kvlogdiag/extract/failures.py
+# `_REQUEST_SEEN`: vllm 0.10.2 vllm/entrypoints/logger.py:40 "Received request %s: prompt: %r, ...", 0.19.1
+# v1/engine/async_llm.py "Added request %s."), but a request-logger line holds no prefilter keyword and a long log
+# is mostly such lines: passing them all costs ~9x the CPU of the read. The first one is enough (once the server is
+# seen up the tracker reads nothing more), so the scanner looks for it with a plain find per chunk until it is found
+# (or after REQUEST_TRIES lines that hold the words but not vLLM's record head, e.g. a prompt quoting them).
+_REQUEST_WORDS = (b"Received request ", b"Added request ")
+_REQUEST_HEAD = re.compile(rb"\bINFO\b[^\n]{0,80}?\] (?:Received request \S+: (?:prompt|params)|Added request \S+\.\r?$)")
+REQUEST_TRIES = 64
+
+
+def first_request_span(chunk: bytes, tries: int) -> tuple[tuple[int, int] | None, int]:
+    """(start, end) of the first line of ``chunk`` logged by vLLM's request logger (`_REQUEST_HEAD`), or None;
+    and the tries left (each line holding the words but not the record head costs one)."""
+    find, rfind = chunk.find, chunk.rfind
+    pos = 0
+    while tries > 0:
+        hits = [i for i in (find(w, pos) for w in _REQUEST_WORDS) if i >= 0]
+        if not hits:
+            return None, tries
+        i = min(hits)
+        start = rfind(b"\n", 0, i) + 1
+        end = find(b"\n", i)
+        if end < 0:
+            end = len(chunk)
+        if _REQUEST_HEAD.search(chunk, start, end) is not None:
+            return (start, end), tries
+        tries -= 1
+        pos = end
+    return None, 0
 
 
 def iter_lines(
@@ -1290,8 +1339,10 @@ def iter_lines(
     prefilter: "re.Pattern[bytes] | None" = None,
     stats: LineStats | None = None,
     stats_runs: bool = False,
+    first_request: bool = False,
 ) -> Iterator[Line]:
-    """Yield `Line` objects; with a prefilter, only lines in which it matches.
+    """Yield `Line` objects; with a prefilter, only lines in which it matches (and, with ``first_request``, the
+    first line of vLLM's request logger: `first_request_span`; in a file searched in parallel, each unit's first).
 
     With ``stats_runs`` (and a prefilter), consecutive candidate lines of one chunk that all hold the stats
     line's keyword come as one `StatsRun` instead of `Line` objects (`StatsRun.lines` makes the same lines).
@@ -1306,10 +1357,11 @@ def iter_lines(
     if prefilter is not None:
         setup = _parallel_setup(fh, prefilter)
         if setup is not None:
-            chunks, number = yield from _parallel_lines(fh, name, prefilter, st, *setup, envs=envs, stats_runs=stats_runs)
+            chunks, number = yield from _parallel_lines(fh, name, prefilter, st, *setup, envs=envs, stats_runs=stats_runs,
+                                                        first_request=first_request)
     if chunks is None:
         chunks = iter_chunks(fh, name, stats=st)
-    scan = ChunkScanner(prefilter, _file_size(fh)) if prefilter is not None else None
+    scan = ChunkScanner(prefilter, _file_size(fh), first_request) if prefilter is not None else None
     for chunk in chunks:
         st.bytes += len(chunk)
         if scan is None:
@@ -1537,7 +1589,7 @@ def _state_at(fd: int, start: int, offset: int) -> tuple[bytes, bool]:
 _RECORD = struct.Struct("<6q")  # newlines, bytes read, candidate lines, blob bytes, error bytes, lines cut
 
 
-def _search_unit(fd: int, name: str, prefilter: "re.Pattern[bytes]", start: int, unit: int) -> bytes:
+def _search_unit(fd: int, name: str, prefilter: "re.Pattern[bytes]", start: int, unit: int, first_request: bool = False) -> bytes:
     """Worker: one unit's record — a `_RECORD` header, then per candidate line its number within
     the unit and its end in the blob (int64 each), then the blob of the lines themselves."""
     try:
@@ -1560,7 +1612,7 @@ def _search_unit(fd: int, name: str, prefilter: "re.Pattern[bytes]", start: int,
     ends = array.array("q")
     parts = []
     newlines = nbytes = size = 0
-    scan = ChunkScanner(prefilter, size_hint=sys.maxsize // 2)  # a large file: the numpy finder
+    scan = ChunkScanner(prefilter, size_hint=sys.maxsize // 2, first_request=first_request)  # a large file: the numpy finder
     cut = LineStats()
     for chunk in _chunks(read, name, CHUNK_BYTES, carry, skipping, final=False, stats=cut):
         nbytes += len(chunk)
@@ -1574,7 +1626,8 @@ def _search_unit(fd: int, name: str, prefilter: "re.Pattern[bytes]", start: int,
     return b"".join([_RECORD.pack(newlines, nbytes, len(numbers), size, 0, cut.long_lines), numbers.tobytes(), ends.tobytes(), *parts])
 
 
-def _worker(fd: int, name: str, prefilter: "re.Pattern[bytes]", start: int, units: range, out: int) -> None:
+def _worker(fd: int, name: str, prefilter: "re.Pattern[bytes]", start: int, units: range, out: int,
+            first_request: bool = False) -> None:
     """Forked worker: write the records of ``units`` to the pipe ``out``, in order, then exit."""
     code = 0
     try:
@@ -1582,7 +1635,7 @@ def _worker(fd: int, name: str, prefilter: "re.Pattern[bytes]", start: int, unit
         with os.fdopen(out, "wb", buffering=CHUNK_BYTES) as pipe:
             for unit in units:
                 try:
-                    record = _search_unit(fd, name, prefilter, start, unit)
+                    record = _search_unit(fd, name, prefilter, start, unit, first_request)
                 except Exception as exc:  # noqa: BLE001 - reported by the main process, in order
                     text = str(exc) if isinstance(exc, InputError) else f"{name}: reader process failed: {exc!r}"
                     msg = text.encode("utf-8", "replace")
@@ -1614,7 +1667,7 @@ def _read_record(src: BinaryIO, name: str, st: LineStats) -> tuple[int, int, arr
 
 def _parallel_lines(fh: BinaryIO, name: str, prefilter: "re.Pattern[bytes]", st: LineStats,
                     fd: int, start: int, units: int, jobs: int, envs: "Envelopes | None" = None,
-                    stats_runs: bool = False):
+                    stats_runs: bool = False, first_request: bool = False):
     """Yield the candidate lines of the first ``units`` units; return (chunks of the rest, lines so far).
 
     Worker ``k`` searches units k, k + jobs, ... and writes their records to its own pipe; the pipes
@@ -1630,7 +1683,7 @@ def _parallel_lines(fh: BinaryIO, name: str, prefilter: "re.Pattern[bytes]", st:
                 os.close(r)
                 for _, other in workers:  # the pipes of the workers forked before this one
                     os.close(other.fileno())
-                _worker(fd, name, prefilter, start, range(k, units, jobs), w)
+                _worker(fd, name, prefilter, start, range(k, units, jobs), w, first_request)
             os.close(w)
             workers.append((pid, os.fdopen(r, "rb", buffering=CHUNK_BYTES)))
         for unit in range(units):
