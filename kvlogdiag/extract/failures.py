@@ -63,7 +63,7 @@ _UVICORN_SHUTDOWN = "INFO:     Shutting down"
 # a NIXL status name alone on a line. NIXL's UCX backend turns every UCX status it has no name for into
 # NIXL_ERR_BACKEND (ai-dynamo/nixl src/plugins/ucx/ucx_enums.cpp:41-62 `ucxStatusToNixlStatus`, the default at :58-60,
 # commit 3f26cd6b): the UCX ERROR record just before it (`_UCX`) is the failure itself
-_NIXL_STATUS = recache.compile(r"\s*NIXL_ERR_[A-Z_]+\s*")
+_NIXL_STATUS = recache.compile(r"NIXL_ERR_[A-Z_]+")
 # a request reached the engine: the server was up (vllm/entrypoints/logger.py:38 "Received request %s: prompt: %r, …"
 # in 0.6.6.post1, entrypoints/serve/utils/request_logger.py:66 in 0.32.0; engine/async_llm_engine.py:211 and
 # v1/engine/async_llm.py:173 "Added request %s."), logged at INFO by vLLM's own record head
@@ -1095,7 +1095,7 @@ class StartupTracker:
                 c = self._kv_nonpositive
             nb = self._native_bare
             if c is not None and nb is not None and nb.line < c.line <= nb.line + NATIVE_LINES \
-                    and _NIXL_STATUS.fullmatch(c.text) and nb.details.get("native_record", "").startswith("UCX "):
+                    and _NIXL_STATUS.fullmatch(c.text.strip()) and nb.details.get("native_record", "").startswith("UCX "):
                 c = nb  # NIXL's bare status name right after UCX's own ERROR record: UCX's record says what failed
         failed = c is not None or ((bool(self.echoes) or bool(self.deaths) or bool(open_tb)) and not self.runtime_line)
         out: dict[str, Any] = {
