@@ -106,7 +106,6 @@ KNOWN_MISSES = {
     "r39_20_dgx_spark_gb10_sm121_fp8_cutlass_warmup_kernel_only_supports_sm120_launch_failure",
     "r39_22_pr_2026_thor_sm110_fp8_startup_kernel_only_supports_sm100f_enginecore_traceback",
     "r39_23_tenstorrent_blackhole_qb_vllm_server_tt_fatal_expected_4_eth_links_between_chips",
-    "r40_03_journal_vllm0190_l4_nemotron3_nano_30b_nvfp4_tp2_marlin_size_n_not_divisible_tile_n",
     "r40_05_discuss_v0210_serve_gemma4_31b_nvfp4_tp2_2x5070ti_oom_reported_log_cut_after_resolved_arch",
     "r40_07_journal_single_l4_gemma4_31b_nvfp4_load_not_enough_gpu_memory_22gib_in_use",
     # rounds 37-38 (session 8 first pass, on every session-8 failure rule incl. s8/fail3)

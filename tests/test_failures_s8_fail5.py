@@ -80,3 +80,16 @@ def test_traceback_with_its_header_is_not_called_cut():
     r = run(["(APIServer pid=685) Traceback (most recent call last):"] + ECHO[1:])
     assert r["failed"] and r["cause_id"] is None
     assert "starts without its" not in r["not_in_excerpt_reason"]
+
+
+def test_marlin_repack_tile_check_is_a_quantization_cause():
+    for line in ("RuntimeError: size_n = 5152 is not divisible by tile_n_size = 64",
+                 "RuntimeError: size_k = 2880 is not divisible by tile_k_size = 16"):
+        r = run([line])
+        assert r["failed"] and r["cause_class"] == "quant", line
+
+
+def test_tile_words_without_marlins_check_are_not_quantization():
+    for line in ("RuntimeError: size_n = 5152 is not divisible by tile_size = 64",
+                 "RuntimeError: tile_n_size = 64 was chosen"):
+        assert run([line])["cause_class"] != "quant", line
