@@ -64,7 +64,9 @@ EXTRA_KEYWORDS = ("ERROR", "Error", "error:", "Exception", "Traceback", "Killed"
                   # V0's model runner announcing a failed execution (its error is re-raised after it)
                   "of failed execution",
                   # ROCm's HIP runtime trace records (AMD_LOG_LEVEL): ":1:rocdevice.cpp            :1824: … us: [pid:9 …"
-                  " us: [pid:")
+                  " us: [pid:",
+                  # NIXL's record of a request's failed KV transfer: the server was up (extract/failures.py _RUNTIME_LINE)
+                  "NIXL transfer failure: ")
 
 
 @dataclass(frozen=True)

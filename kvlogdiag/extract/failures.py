@@ -63,7 +63,7 @@ _UVICORN_SHUTDOWN = "INFO:     Shutting down"
 # a NIXL status name alone on a line. NIXL's UCX backend turns every UCX status it has no name for into
 # NIXL_ERR_BACKEND (ai-dynamo/nixl src/plugins/ucx/ucx_enums.cpp:41-62 `ucxStatusToNixlStatus`, the default at :58-60,
 # commit 3f26cd6b): the UCX ERROR record just before it (`_UCX`) is the failure itself
-_NIXL_STATUS = recache.compile(r"\s*NIXL_ERR_[A-Z_]+\s*")
+_NIXL_STATUS = recache.compile(r"NIXL_ERR_[A-Z_]+")
 # a request reached the engine: the server was up (vllm/entrypoints/logger.py:38 "Received request %s: prompt: %r, …"
 # in 0.6.6.post1, entrypoints/serve/utils/request_logger.py:66 in 0.32.0; engine/async_llm_engine.py:211 and
 # v1/engine/async_llm.py:173 "Added request %s."), logged at INFO by vLLM's own record head
@@ -152,7 +152,14 @@ _RUNTIME_LINE = recache.compile(r"\b(?:chatcmpl|cmpl|embd)-[0-9a-f]{8}|\bfor req
                                 r"|\bprompt \(length \d+\) is longer than the maximum model length"
                                 # NIXL's handshake with a remote engine runs in the background for a request's KV load
                                 # (vllm 0.13.0 nixl_connector.py:1134-1158, from start_load_kv at :1953)
-                                r"|\bHandshake with [\w-]+ failed\b")
+                                r"|\bHandshake with [\w-]+ failed\b"
+                                # NIXL's structured record of a failed KV transfer (vllm 0.20.2 distributed/kv_transfer/
+                                # kv_connector/v1/nixl/worker.py:531-579 `_log_failure`, "NIXL transfer failure: %s |
+                                # Context: %s"): every caller is on a request's path — the background handshake that
+                                # start_load_kv starts for a request's remote engine (:581-625, from :1864-1867), the
+                                # transfers and notifications of requests (:1800-1809, :2046, :2112); the same in 0.17.1-0.33.0
+                                r"|\bNIXL transfer failure: (?:handshake_setup_failed|handshake_failed|transfer_failed|"
+                                r"transfer_exception|notification_failed|transfer_setup_failed)\b")
 # an ERROR logged by the OpenAI server's request handlers (vllm/entrypoints/openai/serving_*.py): a request
 # was being served
 _SERVING_HEAD = recache.compile(r"(?:ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?serving_\w+\.py:\d+\]")
@@ -451,6 +458,7 @@ class StartupTracker:
         self._tb: OrderedDict[str | None, deque[tuple[int, str]]] = OrderedDict()  # open tracebacks
         self._tb_level: dict[str | None, str | None] = {}  # the log level of each open traceback
         self._headless: set[str | None] = set()  # open tracebacks the excerpt starts inside (frames, no header)
+        self._cut_top: tuple[int, str | None] | None = None  # the first traceback shown without its header line
         self._validation: dict[str | None, str] = {}  # process → config class of an open pydantic block
         self.cause: _Candidate | None = None
         self.echoes: list[dict] = []
@@ -463,6 +471,7 @@ class StartupTracker:
         self.last_line = 0
         self.last_unterminated = False
         self.lifespan_line = 0  # uvicorn's "Application startup complete": up, unless binding the port fails next
+        self._pyd_wrap: tuple[int, str | None, _Candidate] | None = None  # a pydantic item broken over lines
         self._join_from = 0  # the line number of an uncatalogued cause the next line may continue (a hard wrap)
         self._refine_until = 0  # a wrapper cause (NCCL's "unhandled cuda error") the next lines may state more exactly
         self._bare: _Candidate | None = None  # an exception line without any log evidence (a one-line paste)
@@ -626,6 +635,20 @@ class StartupTracker:
                     self._refine_until = 0
                     self._set_cause(line, proc, body_s, m, None, None, {"wrapped_by": self.cause.text[:200]}, None)
                     return
+        if self._pyd_wrap is not None:
+            n, wproc, cand = self._pyd_wrap
+            self._pyd_wrap = None
+            if n == line.number - 1 and wproc == proc and level is None and body_s and (cand is self.cause or cand is self._bare) \
+                    and not (_FRAME.match(body_s) or _EXC.match(body_s) or _PID.match(line.raw)) \
+                    and not body_s.startswith(("Value error, ", "For further information")):
+                # the rest of a pydantic item the paste broke over lines (see where _pyd_wrap is set)
+                cand.text = f"{cand.text} {split_level(line.text)[1].strip()}"
+                cand.details = {**cand.details, "joined_lines": f"{cand.line}-{line.number}"}
+                if "[type=" not in body_s and len(cand.text) < 2000:
+                    self._pyd_wrap = (line.number, proc, cand)
+                for fn in self.listeners:
+                    fn(self.result())
+                return
         if self._join_from:
             joined = self._join_from == line.number - 1 and self._try_join(line, level, body_s)
             self._join_from = 0
@@ -644,7 +667,7 @@ class StartupTracker:
                     and not _NOT_CONTINUATION.search(body_s) and not self.cat.is_echo(body_s) and len(cand.text) < 800:
                 # the message of the exception goes on (huggingface_hub's gated-repo error, transformers'
                 # "because of the following error …:" and the error it wraps): the cause's text, not a new line
-                cand.text = f"{cand.text} {body_s}"
+                cand.text = f"{cand.text} {split_level(line.text)[1].strip()}"
                 return
         if body_s.startswith("Exception ignored in"):
             # Python's unraisable-exception hook (a failing __del__, an atexit callback): the traceback that
@@ -683,6 +706,8 @@ class StartupTracker:
             # an excerpt that starts inside a traceback: its frames without the first line
             self._open_tb(proc, line.number, body_s, level)
             self._headless.add(proc)
+            if self._cut_top is None:
+                self._cut_top = (line.number, proc)
             return
         if tb is None and level is None and body_s[:6] == "raise " and proc is not None and _RAISE.match(body_s):
             # a process's output that starts at a traceback's raise source line (the frames above it not in the
@@ -690,6 +715,8 @@ class StartupTracker:
             # a catalogued message (`_raise_statement_cause`), otherwise a fragment without a start-up frame
             self._open_tb(proc, line.number, body_s, level)
             self._headless.add(proc)
+            if self._cut_top is None:
+                self._cut_top = (line.number, proc)
             return
         # the source line a traceback prints under each frame ("raise ValueError(\"...\")") quotes the
         # message but is not the error
@@ -815,10 +842,13 @@ class StartupTracker:
         if pm and pm.group("value_error") and not self._validation and self._bare is None:
             # pydantic's "Value error, ..." item whose "N validation error for X" header is not in the excerpt
             self._bare = self._candidate(line, proc, pm.group("value_error").strip(), None, "ValidationError", "config", {}, None)
+            self._pyd_wrap = self._pydantic_wrap(line, proc, body_s, self._bare)
         if pm and (proc in self._validation or None in self._validation):
             config = self._validation.get(proc) or self._validation.get(None)
             msg = pm.group("value_error") or pm.group("item")
             self._set_cause(line, proc, msg.strip(), None, "ValidationError", "config", {"config_class": config}, tb)
+            if self.cause is not None and pm.group("value_error"):
+                self._pyd_wrap = self._pydantic_wrap(line, proc, body_s, self.cause)
             return
         # a bare "XError: ..." counts when it is log output: logged at a level, inside a traceback,
         # behind a process prefix (a worker's stderr), or stating one of vLLM's own raise messages (harvested
@@ -898,6 +928,17 @@ class StartupTracker:
             # the cause only when the start is seen failing and nothing else states why (any ERROR record
             # would be too weak: vLLM logs recoverable errors, e.g. a safetensors probe it retries)
             self._error_line = self._candidate(line, proc, body_s, None, "AttributeError", "unknown", {"error_record": "yes"}, None)
+
+    @staticmethod
+    def _pydantic_wrap(line: Line, proc: str | None, body: str, cand: _Candidate) -> tuple[int, str | None, _Candidate] | None:
+        """A "Value error, ..." item cut before its end: pydantic-core prints every item of a ValidationError on
+        one line that ends in " [type=<error type>, ...]" (str(ValidationError) of pydantic 2.14.4 / pydantic-core
+        2.50.5: "x\\n  Value error, <message> [type=value_error, input_value=1, input_type=int]\\n    For further
+        information visit ..."). An item without that tail whose message stops mid-sentence (no closing ".", "!",
+        "?") goes on on the next line of the paste."""
+        if "[type=" in body or body.rstrip().endswith((".", "!", "?")):
+            return None
+        return (line.number, proc, cand)
 
     def _try_join(self, line: Line, level: str | None, body: str) -> bool:
         """A cause line cut by a terminal's hard wrap: when this next line has no record head of its own
@@ -1054,7 +1095,7 @@ class StartupTracker:
                 c = self._kv_nonpositive
             nb = self._native_bare
             if c is not None and nb is not None and nb.line < c.line <= nb.line + NATIVE_LINES \
-                    and _NIXL_STATUS.fullmatch(c.text) and nb.details.get("native_record", "").startswith("UCX "):
+                    and _NIXL_STATUS.fullmatch(c.text.strip()) and nb.details.get("native_record", "").startswith("UCX "):
                 c = nb  # NIXL's bare status name right after UCX's own ERROR record: UCX's record says what failed
         failed = c is not None or ((bool(self.echoes) or bool(self.deaths) or bool(open_tb)) and not self.runtime_line)
         out: dict[str, Any] = {
@@ -1185,6 +1226,10 @@ class StartupTracker:
         elif self.echoes and self.echoes[-1]["line"] == self.last_line:
             parts.append(f"The failure is announced at line {self.last_line} and nothing after it states an error: "
                          "the traceback that follows such a line is not in the excerpt (the paste is cut).")
+        elif self._cut_top is not None:
+            n, p = self._cut_top
+            parts.append(f"The traceback of {p or 'the main process'} at line {n} starts without its 'Traceback (most "
+                         "recent call last):' line: the lines above it are cut, and the error it reports may be among them.")
         parts.append("Collect the complete log from the `vllm serve` command on (stdout and stderr: `2>&1`; "
                      "`docker logs <container> 2>&1`, every worker / rank of a multi-node start) — the cause "
                      "is printed by the process that failed, before these lines.")
