@@ -424,3 +424,27 @@ def test_watch_analyses_one_container_and_says_so(tmp_path):
     summaries = [e for e in events if e.get("event") == "summary"]
     assert summaries and all(e["vllm"]["version"] == "0.10.2" and e["runs"] == 1 for e in summaries)
     assert summaries[-1]["config"]["model"] == "meta-llama/Llama-3.1-70B-Instruct"  # vllm-a-1's, not merged
+
+
+@pytest.mark.parametrize("line, message", [
+    # a Markdown code span around torch.distributed's "[rank0]: " prefix: the backtick is the envelope, the
+    # rank prefix stays with the message (the start-up tracker reads it as the rank and strips it)
+    ("`[rank0]: ValueError: Model architectures ['X'] are not supported for now.`",
+     "[rank0]: ValueError: Model architectures ['X'] are not supported for now."),
+    ("> `[rank12]: RuntimeError: NCCL error`", "[rank12]: RuntimeError: NCCL error"),
+    # any other bracketed label is still an envelope part, with or without a colon after it
+    ("`[worker-3] ValueError: bad value`", "ValueError: bad value"),
+])
+def test_torch_rank_prefix_is_not_an_envelope(line, message):
+    from kvlogdiag.input.reader import split_envelope
+    assert split_envelope(line)[0] == message
+
+
+def test_backticked_rank_line_gives_the_cause_without_a_stray_colon(tmp_path):
+    from click.testing import CliRunner
+    p = tmp_path / "pasted.log"
+    p.write_text("`[rank0]: ValueError: Model architectures ['X'] are not supported for now.`\n")
+    out = json.loads(CliRunner().invoke(cli, ["analyze", "--format", "json", str(p)]).output)
+    startup = out["analyses"][0]["startup"]
+    assert startup["cause_text"].startswith("ValueError: Model architectures")
+    assert startup["exception"] == "ValueError" and startup["process"] == "rank0"

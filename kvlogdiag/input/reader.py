@@ -128,7 +128,7 @@ _PYLOG_HEAD = recache.compile(
 # characters that stand before a message in pastes and tool output, when no head says where it starts
 _ENV_CHARS = recache.compile(
     r"(?:[ \t]+|>+ ?|[-*+\u2022] |#+ |[$%] |\|+ ?|`+|\d+(?:[:\t]|-(?=\D)| (?= ))|[\w./-]+:\d+[:-]"
-    r"|\d{4}-\d\d-\d\d[T ][\d:.,]+(?:Z|[+-]\d\d:?\d\d)? |\[[^\]\s][^\]]{0,80}\] ?"
+    r"|\d{4}-\d\d-\d\d[T ][\d:.,]+(?:Z|[+-]\d\d:?\d\d)? |\[(?!rank\d+\]:)[^\]\s][^\]]{0,80}\] ?"
     r"|(?!(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) )[A-Za-z0-9][\w.@-]* *\| )+"
 )
 _KNOWN_START_FIXED = (
