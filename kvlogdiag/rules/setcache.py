@@ -30,6 +30,7 @@ import sys
 from typing import Any, Sequence
 
 from kvlogdiag import tomlcache
+from kvlogdiag.rules.condcache import _stamp  # the same size:mtime stamp the condition cache keys on
 
 PREFIX = "ruleset-v1-"
 SUFFIX = ".pickle"
@@ -56,14 +57,6 @@ class _Unpickler(_pickle.Unpickler):
         if (module, name) not in ALLOWED:
             raise _Refused(f"{module}.{name}")
         return super().find_class(module, name)
-
-
-def _stamp(path: str | None) -> str:
-    try:
-        st = os.stat(path)  # type: ignore[arg-type]
-        return f"{st.st_size}:{st.st_mtime_ns}"
-    except (OSError, TypeError):
-        return "?"
 
 
 def _loader_files() -> list[str]:
