@@ -9,8 +9,9 @@ only ever added.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import FrozenInstanceError
 from enum import IntEnum
+from operator import attrgetter
 from typing import Any
 
 
@@ -42,10 +43,67 @@ class Severity(IntEnum):
 LEVELS = ("info", "warning", "error", "never")  # --fail-on values, lowest first
 
 
-@dataclass(frozen=True)
-class Finding:
+# The records below were dataclasses. Creating the nine of them cost ~4.5 ms of every start (dataclass() writes
+# and exec()s each class's methods: docs/performance.md "Session 9: small-analyze start-up"), so they are written
+# out on one small base with what a dataclass gave them: ``__init__`` with the fields in order (lists and dicts
+# fresh per instance), the dataclass ``__repr__``, ``__eq__`` by fields against the same class only, and for the
+# frozen ones assignment refused and a hash of the fields (the mutable `Analysis` and `InputAnalysis` are
+# unhashable, as before); instances keep their fields in ``__dict__`` (pickled and copied as before). `replace`
+# is ``dataclasses.replace`` for them. A new field goes into ``_FIELDS`` and ``__init__`` (tests/test_plain_records.py
+# fails when the two, or the annotations, disagree).
+
+
+class _Record:
+    """Repr, equality and hash by the fields in `_FIELDS`, in order."""
+
+    __slots__ = ()
+    _FIELDS: tuple[str, ...] = ()
+    _GET: Any = None  # attrgetter of `_FIELDS`: the fields' values as a tuple
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        fields = cls.__dict__.get("_FIELDS")
+        if fields:  # a record class (not `_FrozenRecord`, which declares none)
+            setattr(cls, "__match_args__", fields)  # noqa: B010 - as a dataclass sets it (mypy knows no such class attribute)
+            get = attrgetter(*fields)
+            cls._GET = get if len(fields) > 1 else (lambda obj: (get(obj),))  # always a tuple
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__qualname__}({', '.join(f'{f}={v!r}' for f, v in zip(self._FIELDS, self._GET(self)))})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            return self._GET(self) == other._GET(other)  # type: ignore[attr-defined]
+        return NotImplemented
+
+    # __eq__ without __hash__: Python makes the class (and the mutable records) unhashable, as the dataclasses were
+
+
+class _FrozenRecord(_Record):
+    """A `_Record` set once in ``__init__``: assignment and deletion refused, hashed by its fields."""
+
+    __slots__ = ()
+
+    def __hash__(self) -> int:
+        return hash(self._GET(self))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+
+def replace(obj: Any, **changes: Any) -> Any:
+    """``dataclasses.replace`` for these records: a new one with the same fields but ``changes``."""
+    return obj.__class__(**{**dict(zip(obj._FIELDS, obj._GET(obj))), **changes})
+
+
+
+class Finding(_FrozenRecord):
     """One rule's verdict on one run, with the log line that is its evidence."""
 
+    _FIELDS = ("rule", "name", "severity", "message", "fix", "line", "evidence", "rank", "summary")
     rule: str
     name: str
     severity: Severity
@@ -55,6 +113,20 @@ class Finding:
     evidence: str | None = None
     rank: str | None = None
     summary: str | None = None
+
+    def __init__(self, rule: str, name: str, severity: Severity, message: str, fix: str | None = None,
+                 line: int | None = None, evidence: str | None = None, rank: str | None = None,
+                 summary: str | None = None) -> None:
+        d = self.__dict__
+        d["rule"] = rule
+        d["name"] = name
+        d["severity"] = severity
+        d["message"] = message
+        d["fix"] = fix
+        d["line"] = line
+        d["evidence"] = evidence
+        d["rank"] = rank
+        d["summary"] = summary
 
     def to_json(self) -> dict[str, Any]:
         return {"rule": self.rule, "name": self.name, "severity": self.severity.label, "message": self.message,
@@ -67,10 +139,11 @@ class Finding:
                    d.get("evidence"), d.get("rank"), d.get("summary"))
 
 
-@dataclass(frozen=True)
-class RankFigures:
+class RankFigures(_FrozenRecord):
     """One pairing of a KV memory figure with a token count (one rank, or a DP group's tightest rank)."""
 
+    _FIELDS = ("rank", "available_gib", "tokens", "bytes_per_token", "dp_group", "run", "memory_source", "memory_line",
+               "tokens_line")
     rank: str | None
     available_gib: float
     tokens: int
@@ -81,41 +154,77 @@ class RankFigures:
     memory_line: int | None = None
     tokens_line: int | None = None
 
+    def __init__(self, rank: str | None, available_gib: float, tokens: int, bytes_per_token: float | None,
+                 dp_group: int = 0, run: int = 0, memory_source: str | None = None, memory_line: int | None = None,
+                 tokens_line: int | None = None) -> None:
+        d = self.__dict__
+        d["rank"] = rank
+        d["available_gib"] = available_gib
+        d["tokens"] = tokens
+        d["bytes_per_token"] = bytes_per_token
+        d["dp_group"] = dp_group
+        d["run"] = run
+        d["memory_source"] = memory_source
+        d["memory_line"] = memory_line
+        d["tokens_line"] = tokens_line
+
     def to_json(self) -> dict[str, Any]:
         return {"rank": self.rank, "available_gib": self.available_gib, "tokens": self.tokens,
                 "bytes_per_token": self.bytes_per_token, "dp_group": self.dp_group, "run": self.run,
                 "memory_source": self.memory_source, "memory_line": self.memory_line, "tokens_line": self.tokens_line}
 
 
-@dataclass(frozen=True)
-class RankValue:
+class RankValue(_FrozenRecord):
     """A per-rank figure of the memory profile (weights, CUDA graphs, …) with its line."""
 
+    _FIELDS = ("value", "rank", "line", "dp_group")
     value: Any
     rank: str | None
     line: int
     dp_group: int = 0
 
+    def __init__(self, value: Any, rank: str | None, line: int, dp_group: int = 0) -> None:
+        d = self.__dict__
+        d["value"] = value
+        d["rank"] = rank
+        d["line"] = line
+        d["dp_group"] = dp_group
 
-@dataclass(frozen=True)
-class LogLine:
+
+class LogLine(_FrozenRecord):
     """A line a mode cites that is neither a config value nor a KV figure (an error, a connector line)."""
 
+    _FIELDS = ("line", "rank", "text", "value")
     line: int
     rank: str | None
     text: str
     value: Any = None
 
+    def __init__(self, line: int, rank: str | None, text: str, value: Any = None) -> None:
+        d = self.__dict__
+        d["line"] = line
+        d["rank"] = rank
+        d["text"] = text
+        d["value"] = value
 
-@dataclass(frozen=True)
-class RunInfo:
+
+class RunInfo(_FrozenRecord):
     """Which server start of the input this analysis covers."""
 
+    _FIELDS = ("index", "count", "first_line", "last_line", "started_by")
     index: int  # 0-based, in log order
     count: int  # server starts in the input
     first_line: int
     last_line: int
     started_by: str | None = None  # the pattern that opened the run (None for the first run)
+
+    def __init__(self, index: int, count: int, first_line: int, last_line: int, started_by: str | None = None) -> None:
+        d = self.__dict__
+        d["index"] = index
+        d["count"] = count
+        d["first_line"] = first_line
+        d["last_line"] = last_line
+        d["started_by"] = started_by
 
     @property
     def current(self) -> bool:
@@ -127,21 +236,30 @@ class RunInfo:
                 "last_line": self.last_line, "current": self.current, "started_by": self.started_by}
 
 
-@dataclass(frozen=True)
-class VllmInfo:
+class VllmInfo(_FrozenRecord):
     """The vLLM version, engine and platform of one run, as the log states them."""
+
+    _FIELDS = ("version", "engine", "platform")
     version: str | None
     engine: str | None
     platform: str | None
+
+    def __init__(self, version: str | None, engine: str | None, platform: str | None) -> None:
+        d = self.__dict__
+        d["version"] = version
+        d["engine"] = engine
+        d["platform"] = platform
 
     def to_json(self) -> dict[str, Any]:
         return {"version": self.version, "engine": self.engine, "platform": self.platform}
 
 
-@dataclass(frozen=True)
-class KVCache:
+class KVCache(_FrozenRecord):
     """The KV figures of one run, as logged, and the bytes per token derived from them."""
 
+    _FIELDS = ("available_gib", "kv_budget", "tokens", "gpu_blocks", "max_concurrency", "bytes_per_token",
+               "bytes_per_token_kind", "ranks", "bytes_per_token_note", "bytes_per_token_from_error", "ranks_disagree",
+               "available_by_rank", "tokens_by_rank", "blocks_by_rank")
     available_gib: list[float]
     kv_budget: list[dict[str, Any]]
     tokens: list[int]
@@ -155,9 +273,31 @@ class KVCache:
     ranks_disagree: bool
     # every logged memory / size line of the run with its rank and line, paired into `ranks` or not
     # (a start-up that failed before sizing the pool, V0 block counts): report and estimate cite them
-    available_by_rank: list[RankValue] = field(default_factory=list)
-    tokens_by_rank: list[RankValue] = field(default_factory=list)
-    blocks_by_rank: list[RankValue] = field(default_factory=list)
+    available_by_rank: list[RankValue]
+    tokens_by_rank: list[RankValue]
+    blocks_by_rank: list[RankValue]
+
+    def __init__(self, available_gib: list[float], kv_budget: list[dict[str, Any]], tokens: list[int],
+                 gpu_blocks: list[int], max_concurrency: list[dict[str, Any]], bytes_per_token: float | None,
+                 bytes_per_token_kind: str | None, ranks: list[RankFigures], bytes_per_token_note: str | None,
+                 bytes_per_token_from_error: float | None, ranks_disagree: bool,
+                 available_by_rank: list[RankValue] | None = None, tokens_by_rank: list[RankValue] | None = None,
+                 blocks_by_rank: list[RankValue] | None = None) -> None:
+        d = self.__dict__
+        d["available_gib"] = available_gib
+        d["kv_budget"] = kv_budget
+        d["tokens"] = tokens
+        d["gpu_blocks"] = gpu_blocks
+        d["max_concurrency"] = max_concurrency
+        d["bytes_per_token"] = bytes_per_token
+        d["bytes_per_token_kind"] = bytes_per_token_kind
+        d["ranks"] = ranks
+        d["bytes_per_token_note"] = bytes_per_token_note
+        d["bytes_per_token_from_error"] = bytes_per_token_from_error
+        d["ranks_disagree"] = ranks_disagree
+        d["available_by_rank"] = [] if available_by_rank is None else available_by_rank
+        d["tokens_by_rank"] = [] if tokens_by_rank is None else tokens_by_rank
+        d["blocks_by_rank"] = [] if blocks_by_rank is None else blocks_by_rank
 
     @property
     def kv_memory_gib_min(self) -> float | None:
@@ -205,8 +345,7 @@ class KVCache:
                 "ranks_disagree": self.ranks_disagree}
 
 
-@dataclass
-class Analysis:
+class Analysis(_Record):
     """Everything kvlogdiag states about one server start of one input.
 
     ``config``, ``errors``, ``runtime``, ``memory``, ``kv_transfer`` and ``provenance`` keep the
@@ -214,6 +353,9 @@ class Analysis:
     with are typed (`VllmInfo`, `KVCache`, `RankFigures`, `Finding`).
     """
 
+    _FIELDS = ("source", "lines_read", "run", "vllm", "config", "kv_cache", "errors", "runtime", "memory", "kv_transfer",
+               "provenance", "findings", "memory_by_rank", "startup", "evidence", "extra", "container", "launch_args",
+               "stats_series", "suggestions")
     source: str
     lines_read: int
     run: RunInfo
@@ -225,23 +367,53 @@ class Analysis:
     memory: dict[str, list[Any]]
     kv_transfer: dict[str, Any] | None
     provenance: dict[str, dict[str, Any]]
-    findings: list[Finding] = field(default_factory=list)
-    memory_by_rank: dict[str, list[RankValue]] = field(default_factory=dict)
+    findings: list[Finding]
+    memory_by_rank: dict[str, list[RankValue]]
     startup: dict[str, Any] | None = None
     # first line of each named event of the run (``engine_failed``, ``no_available_memory``,
     # ``recompute_offload_connector``, ``hma_auto_off``, …) and of the insufficient-KV error
     # (``insufficient_kv``): the evidence report and estimate cite; not part of the JSON
-    evidence: dict[str, LogLine] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)  # fields added to the JSON by later stages
+    evidence: dict[str, LogLine]
+    extra: dict[str, Any]  # fields added to the JSON by later stages
     # the container (docker compose / kubectl --prefix) of an interleaved multi-container log: each
     # container is analysed on its own; None for a log of one server
     container: str | None = None
     # not part of the JSON (``diff`` and ``suggest`` read them): every launch argument as each kind of
     # line stated it (source → argparse dest → line), the stats lines' figures as value → line count, and
     # the suggested setting of each finding whose rule declares one (rules/suggestion.py)
-    launch_args: dict[str, dict[str, LogLine]] = field(default_factory=dict)
-    stats_series: dict[str, dict[float, int]] = field(default_factory=dict)
-    suggestions: list[dict[str, Any]] = field(default_factory=list)
+    launch_args: dict[str, dict[str, LogLine]]
+    stats_series: dict[str, dict[float, int]]
+    suggestions: list[dict[str, Any]]
+
+    def __init__(self, source: str, lines_read: int, run: RunInfo, vllm: VllmInfo, config: dict[str, Any],
+                 kv_cache: KVCache, errors: dict[str, Any], runtime: dict[str, Any], memory: dict[str, list[Any]],
+                 kv_transfer: dict[str, Any] | None, provenance: dict[str, dict[str, Any]],
+                 findings: list[Finding] | None = None, memory_by_rank: dict[str, list[RankValue]] | None = None,
+                 startup: dict[str, Any] | None = None, evidence: dict[str, LogLine] | None = None,
+                 extra: dict[str, Any] | None = None, container: str | None = None,
+                 launch_args: dict[str, dict[str, LogLine]] | None = None,
+                 stats_series: dict[str, dict[float, int]] | None = None,
+                 suggestions: list[dict[str, Any]] | None = None) -> None:
+        self.source = source
+        self.lines_read = lines_read
+        self.run = run
+        self.vllm = vllm
+        self.config = config
+        self.kv_cache = kv_cache
+        self.errors = errors
+        self.runtime = runtime
+        self.memory = memory
+        self.kv_transfer = kv_transfer
+        self.provenance = provenance
+        self.findings = [] if findings is None else findings
+        self.memory_by_rank = {} if memory_by_rank is None else memory_by_rank
+        self.startup = startup
+        self.evidence = {} if evidence is None else evidence
+        self.extra = {} if extra is None else extra
+        self.container = container
+        self.launch_args = {} if launch_args is None else launch_args
+        self.stats_series = {} if stats_series is None else stats_series
+        self.suggestions = [] if suggestions is None else suggestions
 
     # -- views -----------------------------------------------------------------------------------
 
@@ -287,13 +459,18 @@ class Analysis:
         return out
 
 
-@dataclass
-class InputAnalysis:
+class InputAnalysis(_Record):
     """The runs of one input, in log order; `selected` are the ones the user asked for."""
 
+    _FIELDS = ("source", "runs", "container")
     source: str
     runs: list[Analysis]
     container: str | None = None  # see `Analysis.container`
+
+    def __init__(self, source: str, runs: list[Analysis], container: str | None = None) -> None:
+        self.source = source
+        self.runs = runs
+        self.container = container
 
     @property
     def current(self) -> Analysis:

@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
 import io
 import pickle
+from typing import Any
 
 import pytest
+from conftest import SAMPLE_LOGS_DIR
 
+from kvlogdiag import result as R
 from kvlogdiag.cli.output import Output
 from kvlogdiag.derive import architecture as A
 from kvlogdiag.rules import condition as C
@@ -175,3 +179,121 @@ def test_architecture_records_compare_and_rebuild_as_before() -> None:
     assert e1.assumptions is not e2.assumptions and e1.breakdown is not e2.breakdown
     assert A._LayerCost().__slots__ == ("context", "window_bytes", "window", "state")
     assert (A._LayerCost(window=4).window, A._LayerCost().context) == (4, 0.0)
+
+
+# -- kvlogdiag/result.py (session 9) ------------------------------------------------------------------------
+
+RESULT_RECORDS = (R.Finding, R.RankFigures, R.RankValue, R.LogLine, R.RunInfo, R.VllmInfo, R.KVCache, R.Analysis,
+                  R.InputAnalysis)
+_FACTORY_FIELDS = {"KVCache": ("available_by_rank", "tokens_by_rank", "blocks_by_rank"),
+                   "Analysis": ("findings", "memory_by_rank", "evidence", "extra", "launch_args", "stats_series",
+                                "suggestions")}
+_DICT_FIELDS = {"memory_by_rank", "evidence", "extra", "launch_args", "stats_series"}
+
+
+def _result_reference(cls: type) -> type:
+    """The dataclass ``cls`` was: its fields in order, with the defaults of its ``__init__`` (None standing for the
+    dataclass's ``default_factory``), frozen when ``cls`` is."""
+    params = list(inspect.signature(cls.__init__).parameters.values())[1:]
+    factories = _FACTORY_FIELDS.get(cls.__name__, ())
+    spec: list = []
+    for p in params:
+        if p.name in factories:
+            spec.append((p.name, Any, dataclasses.field(default_factory=dict if p.name in _DICT_FIELDS else list)))
+        elif p.default is inspect.Parameter.empty:
+            spec.append((p.name, Any))
+        else:
+            spec.append((p.name, Any, dataclasses.field(default=p.default)))
+    ref = dataclasses.make_dataclass(cls.__name__, spec, frozen=issubclass(cls, R._FrozenRecord))
+    ref.__qualname__ = cls.__qualname__
+    return ref
+
+
+def _records(obj: object, seen: list) -> None:
+    """Every result record reachable from ``obj`` (an `InputAnalysis`), depth first."""
+    if isinstance(obj, R._Record):
+        seen.append(obj)
+        for f in obj._FIELDS:
+            _records(getattr(obj, f), seen)
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            _records(v, seen)
+    elif not isinstance(obj, (str, bytes)) and hasattr(obj, "__iter__"):  # lists, and the lazy views of derive/pairings
+        for v in obj:
+            _records(v, seen)
+
+
+@pytest.fixture(scope="module")
+def result_records() -> list:
+    from kvlogdiag.pipeline import Analyzer
+
+    analyzer = Analyzer()
+    seen: list = []
+    for log in sorted(SAMPLE_LOGS_DIR.glob("*.log")):
+        _records(analyzer.analyze_source(str(log)), seen)
+    return seen
+
+
+def test_result_records_are_not_dataclasses_and_declare_their_fields_once() -> None:
+    for cls in RESULT_RECORDS:
+        assert not dataclasses.is_dataclass(cls), cls  # created at import for ~0.5 ms each: the point of the change
+        params = tuple(inspect.signature(cls.__init__).parameters)[1:]
+        assert cls._FIELDS == params == tuple(cls.__annotations__) == cls.__match_args__, cls
+
+
+def test_result_records_behave_as_their_dataclasses_did(result_records: list) -> None:
+    kinds = {type(r) for r in result_records}
+    assert kinds == set(RESULT_RECORDS), kinds  # the sample logs reach every class
+    refs = {cls: _result_reference(cls) for cls in RESULT_RECORDS}
+    for rec in result_records:
+        cls = type(rec)
+        values = [getattr(rec, f) for f in cls._FIELDS]
+        ref = refs[cls](*values)
+        assert repr(rec) == repr(ref)
+        assert vars(rec) == vars(ref) and list(vars(rec)) == list(vars(ref))
+        twin = cls(*values)
+        assert twin == rec and twin is not rec and not (twin != rec)
+        assert R.replace(rec) == rec and R.replace(rec) is not rec
+        if issubclass(cls, R._FrozenRecord):
+            try:
+                want = hash(ref)
+            except TypeError:  # a list among the fields (KVCache): unhashable, as its dataclass was
+                with pytest.raises(TypeError):
+                    hash(rec)
+            else:
+                assert hash(rec) == want
+            name = cls._FIELDS[0]
+            with pytest.raises(dataclasses.FrozenInstanceError):
+                setattr(rec, name, None)
+            with pytest.raises(dataclasses.FrozenInstanceError):
+                delattr(rec, name)
+        else:
+            with pytest.raises(TypeError):
+                hash(rec)
+        back = pickle.loads(pickle.dumps(rec))
+        assert back == rec and type(back) is cls
+        assert copy.copy(rec) == rec and copy.deepcopy(rec) == rec
+
+
+def test_result_records_defaults_equality_and_replace() -> None:
+    f = R.Finding("KVD001", "n", R.Severity.INFO, "m")
+    ref = _result_reference(R.Finding)("KVD001", "n", R.Severity.INFO, "m")
+    assert repr(f) == repr(ref) and (f.fix, f.summary) == (None, None)
+    assert f != R.Finding("KVD001", "n", R.Severity.INFO, "m", line=3) and f != ref  # another class is never equal
+    assert R.Finding.__eq__(f, ref) is NotImplemented
+    assert R.replace(f, line=3) == R.Finding("KVD001", "n", R.Severity.INFO, "m", None, 3) and f.line is None
+    with pytest.raises(TypeError):
+        R.replace(f, no_such_field=1)
+    kv = R.KVCache([], [], [], [], [], None, None, [], None, None, False)
+    kv2 = R.KVCache([], [], [], [], [], None, None, [], None, None, False)
+    assert kv == kv2 and kv.available_by_rank == [] and kv.available_by_rank is not kv2.available_by_rank
+    run, vllm = R.RunInfo(0, 1, 1, 9), R.VllmInfo("0.11.0", "v1", "cuda")
+    a = R.Analysis("x.log", 9, run, vllm, {}, kv, {}, {}, {}, None, {})
+    b = R.Analysis("x.log", 9, run, vllm, {}, kv, {}, {}, {}, None, {})
+    assert a == b and a.findings == [] and a.findings is not b.findings and a.evidence is not b.evidence
+    assert (a.startup, a.container) == (None, None) and run.started_by is None and run.current
+    a.errors = {"e": 1}  # Analysis stays mutable
+    assert a != b and R.replace(a, errors={}) == b and R.replace(a, errors={}).run is run
+    ia = R.InputAnalysis("x.log", [a])
+    assert ia == R.InputAnalysis("x.log", [R.replace(a)]) != R.InputAnalysis("x.log", [b])
+    assert repr(ia).startswith("InputAnalysis(source='x.log', runs=[Analysis(source='x.log', lines_read=9, run=RunInfo(")

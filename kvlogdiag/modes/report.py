@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import base64
 import bisect
-import dataclasses
 import html
 import io
 import json
@@ -53,7 +52,7 @@ from kvlogdiag.render.analysis import (
 )
 from kvlogdiag.render.caps import ROW_ENDS, SHOW_ALL, value_range
 from kvlogdiag.render.redact import Redactor
-from kvlogdiag.result import Analysis, InputAnalysis, RankValue
+from kvlogdiag.result import Analysis, InputAnalysis, RankValue, replace
 
 __all__ = ["build_document", "build_section", "redact_document", "read_input", "make_report", "ReportError",
            "render_report_markdown", "render_report_html", "CAPACITY_LENGTHS"]
@@ -364,13 +363,13 @@ def _error_items(a: Analysis) -> list[dict]:
         val = a.errors.get(key)
         if key == "startup_failed" and st.get("failed"):
             # the root cause (issue 11): its own line, not the echo 'EngineCore failed to start'
-            texts = error_lines(dataclasses.replace(a, errors=base))
+            texts = error_lines(replace(a, errors=base))
             line = st.get("cause_line")
             out.extend({"text": t, "line": line, "evidence": st.get("cause_text") if line else None} for t in texts)
             continue
         if not val:
             continue
-        texts = error_lines(dataclasses.replace(a, errors={**base, key: val}, startup=None))
+        texts = error_lines(replace(a, errors={**base, key: val}, startup=None))
         ev = a.evidence.get(event)
         for t in texts:
             out.append({"text": t, "line": ev.line if ev else None, "evidence": ev.text if ev else None})
