@@ -9,10 +9,12 @@ only ever added.
 
 from __future__ import annotations
 
-from dataclasses import FrozenInstanceError
 from enum import IntEnum
-from operator import attrgetter
 from typing import Any
+
+from kvlogdiag.records import FrozenRecord as _FrozenRecord
+from kvlogdiag.records import Record as _Record
+from kvlogdiag.records import replace as replace  # re-exported: dataclasses.replace for these records
 
 
 class Severity(IntEnum):
@@ -42,62 +44,10 @@ class Severity(IntEnum):
 
 LEVELS = ("info", "warning", "error", "never")  # --fail-on values, lowest first
 
-
-# The records below were dataclasses. Creating the nine of them cost ~4.5 ms of every start (dataclass() writes
-# and exec()s each class's methods: docs/performance.md "Session 9: small-analyze start-up"), so they are written
-# out on one small base with what a dataclass gave them: ``__init__`` with the fields in order (lists and dicts
-# fresh per instance), the dataclass ``__repr__``, ``__eq__`` by fields against the same class only, and for the
-# frozen ones assignment refused and a hash of the fields (the mutable `Analysis` and `InputAnalysis` are
-# unhashable, as before); instances keep their fields in ``__dict__`` (pickled and copied as before). `replace`
-# is ``dataclasses.replace`` for them. A new field goes into ``_FIELDS`` and ``__init__`` (tests/test_plain_records.py
-# fails when the two, or the annotations, disagree).
-
-
-class _Record:
-    """Repr, equality and hash by the fields in `_FIELDS`, in order."""
-
-    __slots__ = ()
-    _FIELDS: tuple[str, ...] = ()
-    _GET: Any = None  # attrgetter of `_FIELDS`: the fields' values as a tuple
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        fields = cls.__dict__.get("_FIELDS")
-        if fields:  # a record class (not `_FrozenRecord`, which declares none)
-            setattr(cls, "__match_args__", fields)  # noqa: B010 - as a dataclass sets it (mypy knows no such class attribute)
-            get = attrgetter(*fields)
-            cls._GET = get if len(fields) > 1 else (lambda obj: (get(obj),))  # always a tuple
-
-    def __repr__(self) -> str:
-        return f"{self.__class__.__qualname__}({', '.join(f'{f}={v!r}' for f, v in zip(self._FIELDS, self._GET(self)))})"
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is self.__class__:
-            return self._GET(self) == other._GET(other)  # type: ignore[attr-defined]
-        return NotImplemented
-
-    # __eq__ without __hash__: Python makes the class (and the mutable records) unhashable, as the dataclasses were
-
-
-class _FrozenRecord(_Record):
-    """A `_Record` set once in ``__init__``: assignment and deletion refused, hashed by its fields."""
-
-    __slots__ = ()
-
-    def __hash__(self) -> int:
-        return hash(self._GET(self))
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise FrozenInstanceError(f"cannot assign to field {name!r}")
-
-    def __delattr__(self, name: str) -> None:
-        raise FrozenInstanceError(f"cannot delete field {name!r}")
-
-
-def replace(obj: Any, **changes: Any) -> Any:
-    """``dataclasses.replace`` for these records: a new one with the same fields but ``changes``."""
-    return obj.__class__(**{**dict(zip(obj._FIELDS, obj._GET(obj))), **changes})
-
+# The records below were dataclasses; they are plain classes on `kvlogdiag.records` (creating the nine cost ~4.5 ms
+# of every start: docs/performance.md "Session 9: small-analyze start-up"). `replace` is ``dataclasses.replace``
+# for them. A new field goes into ``_FIELDS`` and ``__init__`` (tests/test_plain_records.py fails when the two, or
+# the annotations, disagree).
 
 
 class Finding(_FrozenRecord):

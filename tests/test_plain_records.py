@@ -1,5 +1,5 @@
-"""The records that were dataclasses on the small-analyze path and are plain classes since session 8 (2)
-(docs/performance.md "Session 8 (2): small-analyze start-up"): each keeps what was used of its dataclass —
+"""The records that were dataclasses on the small-analyze path and are plain classes since session 8 (2) and 9
+(docs/performance.md "Session 8 (2)" and "Session 9: small-analyze start-up"; `kvlogdiag/records.py`): each keeps what was used of its dataclass —
 equality and hash by value, the dataclass repr, refusing assignment when it was frozen, a pickle round trip
 (the rule-set cache) — checked against a real dataclass of the same fields where there is one to compare."""
 
@@ -10,14 +10,20 @@ import dataclasses
 import inspect
 import io
 import pickle
+import re
 from typing import Any
 
 import pytest
-from conftest import SAMPLE_LOGS_DIR
+from conftest import DATA_DIR, SAMPLE_LOGS_DIR
 
 from kvlogdiag import result as R
+from kvlogdiag.catalogue import patterns as PT
 from kvlogdiag.cli.output import Output
 from kvlogdiag.derive import architecture as A
+from kvlogdiag.extract import commands as CM
+from kvlogdiag.extract import platform as PL
+from kvlogdiag.input import metrics as M
+from kvlogdiag.records import FrozenRecord, Record, replace
 from kvlogdiag.rules import condition as C
 from kvlogdiag.rules import setcache
 from kvlogdiag.rules.context import Context, builtin_providers
@@ -181,17 +187,19 @@ def test_architecture_records_compare_and_rebuild_as_before() -> None:
     assert (A._LayerCost(window=4).window, A._LayerCost().context) == (4, 0.0)
 
 
-# -- kvlogdiag/result.py (session 9) ------------------------------------------------------------------------
+# -- kvlogdiag/records.py: the result records and the other records on the analyze path (session 9) ----------
 
 RESULT_RECORDS = (R.Finding, R.RankFigures, R.RankValue, R.LogLine, R.RunInfo, R.VllmInfo, R.KVCache, R.Analysis,
                   R.InputAnalysis)
+OTHER_RECORDS = (PL.Evidence, PL._Entry, M.Histogram, M.EngineSample, M.Scrape, PT.Pattern, CM.Command)
 _FACTORY_FIELDS = {"KVCache": ("available_by_rank", "tokens_by_rank", "blocks_by_rank"),
                    "Analysis": ("findings", "memory_by_rank", "evidence", "extra", "launch_args", "stats_series",
-                                "suggestions")}
-_DICT_FIELDS = {"memory_by_rank", "evidence", "extra", "launch_args", "stats_series"}
+                                "suggestions"),
+                   "EngineSample": ("lines",)}
+_DICT_FIELDS = {"memory_by_rank", "evidence", "extra", "launch_args", "stats_series", "lines"}
 
 
-def _result_reference(cls: type) -> type:
+def _reference(cls: type) -> type:
     """The dataclass ``cls`` was: its fields in order, with the defaults of its ``__init__`` (None standing for the
     dataclass's ``default_factory``), frozen when ``cls`` is."""
     params = list(inspect.signature(cls.__init__).parameters.values())[1:]
@@ -204,14 +212,14 @@ def _result_reference(cls: type) -> type:
             spec.append((p.name, Any))
         else:
             spec.append((p.name, Any, dataclasses.field(default=p.default)))
-    ref = dataclasses.make_dataclass(cls.__name__, spec, frozen=issubclass(cls, R._FrozenRecord))
+    ref = dataclasses.make_dataclass(cls.__name__, spec, frozen=issubclass(cls, FrozenRecord))
     ref.__qualname__ = cls.__qualname__
     return ref
 
 
 def _records(obj: object, seen: list) -> None:
-    """Every result record reachable from ``obj`` (an `InputAnalysis`), depth first."""
-    if isinstance(obj, R._Record):
+    """Every record reachable from ``obj``, depth first."""
+    if isinstance(obj, Record):
         seen.append(obj)
         for f in obj._FIELDS:
             _records(getattr(obj, f), seen)
@@ -224,28 +232,33 @@ def _records(obj: object, seen: list) -> None:
 
 
 @pytest.fixture(scope="module")
-def result_records() -> list:
+def records() -> list:
+    """Records of every kind: the analyses of the sample logs, a saved scrape, the catalogues, a launch command."""
     from kvlogdiag.pipeline import Analyzer
 
     analyzer = Analyzer()
     seen: list = []
     for log in sorted(SAMPLE_LOGS_DIR.glob("*.log")):
         _records(analyzer.analyze_source(str(log)), seen)
+    _records(M.parse_scrape((DATA_DIR / "metrics" / "vllmcpu-0.32-load.txt").read_text()), seen)
+    _records([PT.catalogue(), PL._entries(), PL.evidence("NVIDIA H100 80GB HBM3, CUDA_VISIBLE_DEVICES=0,1")], seen)
+    _records([CM.shell_command("vllm serve Qwen/Qwen3-8B --tensor-parallel-size 2 \\"),
+              CM.list_command("['vllm', 'serve', 'Qwen/Qwen3-8B', '--max-model-len', '8192']")], seen)
     return seen
 
 
-def test_result_records_are_not_dataclasses_and_declare_their_fields_once() -> None:
-    for cls in RESULT_RECORDS:
-        assert not dataclasses.is_dataclass(cls), cls  # created at import for ~0.5 ms each: the point of the change
-        params = tuple(inspect.signature(cls.__init__).parameters)[1:]
-        assert cls._FIELDS == params == tuple(cls.__annotations__) == cls.__match_args__, cls
+@pytest.mark.parametrize("cls", RESULT_RECORDS + OTHER_RECORDS, ids=lambda c: c.__name__)
+def test_records_are_not_dataclasses_and_declare_their_fields_once(cls: type) -> None:
+    assert not dataclasses.is_dataclass(cls)  # created at import for ~0.3-1.2 ms each: the point of the change
+    params = tuple(inspect.signature(cls.__init__).parameters)[1:]
+    assert cls._FIELDS == params == tuple(cls.__annotations__) == cls.__match_args__  # type: ignore[attr-defined]
 
 
-def test_result_records_behave_as_their_dataclasses_did(result_records: list) -> None:
-    kinds = {type(r) for r in result_records}
-    assert kinds == set(RESULT_RECORDS), kinds  # the sample logs reach every class
-    refs = {cls: _result_reference(cls) for cls in RESULT_RECORDS}
-    for rec in result_records:
+def test_records_behave_as_their_dataclasses_did(records: list) -> None:
+    kinds = {type(r) for r in records}
+    assert kinds == set(RESULT_RECORDS + OTHER_RECORDS), set(RESULT_RECORDS + OTHER_RECORDS) - kinds  # all reached
+    refs = {cls: _reference(cls) for cls in kinds}
+    for rec in records:
         cls = type(rec)
         values = [getattr(rec, f) for f in cls._FIELDS]
         ref = refs[cls](*values)
@@ -253,8 +266,8 @@ def test_result_records_behave_as_their_dataclasses_did(result_records: list) ->
         assert vars(rec) == vars(ref) and list(vars(rec)) == list(vars(ref))
         twin = cls(*values)
         assert twin == rec and twin is not rec and not (twin != rec)
-        assert R.replace(rec) == rec and R.replace(rec) is not rec
-        if issubclass(cls, R._FrozenRecord):
+        assert replace(rec) == rec and replace(rec) is not rec
+        if issubclass(cls, FrozenRecord):
             try:
                 want = hash(ref)
             except TypeError:  # a list among the fields (KVCache): unhashable, as its dataclass was
@@ -270,14 +283,15 @@ def test_result_records_behave_as_their_dataclasses_did(result_records: list) ->
         else:
             with pytest.raises(TypeError):
                 hash(rec)
-        back = pickle.loads(pickle.dumps(rec))
-        assert back == rec and type(back) is cls
+        if cls is not PL._Entry:  # module-private, never pickled
+            back = pickle.loads(pickle.dumps(rec))
+            assert back == rec and type(back) is cls
         assert copy.copy(rec) == rec and copy.deepcopy(rec) == rec
 
 
-def test_result_records_defaults_equality_and_replace() -> None:
+def test_records_defaults_equality_and_replace() -> None:
     f = R.Finding("KVD001", "n", R.Severity.INFO, "m")
-    ref = _result_reference(R.Finding)("KVD001", "n", R.Severity.INFO, "m")
+    ref = _reference(R.Finding)("KVD001", "n", R.Severity.INFO, "m")
     assert repr(f) == repr(ref) and (f.fix, f.summary) == (None, None)
     assert f != R.Finding("KVD001", "n", R.Severity.INFO, "m", line=3) and f != ref  # another class is never equal
     assert R.Finding.__eq__(f, ref) is NotImplemented
@@ -297,3 +311,10 @@ def test_result_records_defaults_equality_and_replace() -> None:
     ia = R.InputAnalysis("x.log", [a])
     assert ia == R.InputAnalysis("x.log", [R.replace(a)]) != R.InputAnalysis("x.log", [b])
     assert repr(ia).startswith("InputAnalysis(source='x.log', runs=[Analysis(source='x.log', lines_read=9, run=RunInfo(")
+    e = M.EngineSample("0")
+    assert e.lines == {} and e.lines is not M.EngineSample("0").lines and e == M.EngineSample("0")
+    e.running = 3
+    assert e != M.EngineSample("0") and M.EngineSample("0", 3) == e
+    c = CM.Command({"model": "m"}, "shell")
+    assert (c.continued, c.needs_model) == (False, False) and c == CM.Command({"model": "m"}, "shell", False, False)
+    assert PT.Pattern("n", "v", ("k",), re.compile("k")).samples == () == PT.Pattern.samples

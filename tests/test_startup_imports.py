@@ -52,5 +52,5 @@ def test_small_analyze_imports_no_metadata_machinery(fmt: str) -> None:
 def test_every_dataclass_on_the_analyze_path_has_its_own_docstring() -> None:
     got = _child(["analyze", SMALL])
     ours = [(name, has_doc) for name, has_doc in got["created"] if name.startswith("kvlogdiag.")]
-    assert len(ours) >= 10  # the hook saw the classes (it must not pass by seeing none)
+    assert len(ours) >= 5  # the hook saw the classes (it must not pass by seeing none)
     assert [name for name, has_doc in ours if not has_doc] == []

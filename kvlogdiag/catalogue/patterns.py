@@ -12,22 +12,32 @@ Formats come from the facts document (``docs/vllm-log-format.md`` sections 2–1
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
 from kvlogdiag import recache
 from kvlogdiag.catalogue.failures import prefilter_keywords
+from kvlogdiag.records import FrozenRecord
 
 
-@dataclass(frozen=True)
-class Pattern:
+class Pattern(FrozenRecord):  # a plain record, not a dataclass: less to build per start (kvlogdiag/records.py)
     """One kind of log line."""
 
+    _FIELDS = ("name", "versions", "keywords", "regex", "samples", "doc")
     name: str
     versions: str
     keywords: tuple[str, ...]
     regex: re.Pattern[str]
-    samples: tuple[tuple[str, dict], ...] = field(default=())
+    samples: tuple[tuple[str, dict], ...] = ()
     doc: str = ""
+
+    def __init__(self, name: str, versions: str, keywords: tuple[str, ...], regex: re.Pattern[str],
+                 samples: tuple[tuple[str, dict], ...] = (), doc: str = "") -> None:
+        d = self.__dict__
+        d["name"] = name
+        d["versions"] = versions
+        d["keywords"] = keywords
+        d["regex"] = regex
+        d["samples"] = samples
+        d["doc"] = doc
 
 
 _NUM = r"-?\d+(?:\.\d+)?"

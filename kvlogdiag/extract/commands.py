@@ -24,11 +24,11 @@ import functools
 import json
 import re
 import shlex
-from dataclasses import dataclass
 from typing import Any
 
 from kvlogdiag import pkgdata, recache
 from kvlogdiag.extract.pyrepr import parse_json_or_repr, scalar
+from kvlogdiag.records import Record
 
 # kvlogdiag's own spellings mapped to argparse destinations (log dumps and old releases)
 ALIASES = {"model_tag": "model", "tp": "tensor_parallel_size", "pp": "pipeline_parallel_size",
@@ -237,14 +237,20 @@ def _shell_prefix(before: str) -> bool:
     return all(_SHELL_WORD.fullmatch(w) for w in words[i:])
 
 
-@dataclass
-class Command:
+class Command(Record):  # a plain record, not a dataclass: less to build per start (kvlogdiag/records.py)
     """A launch command found in a line."""
 
+    _FIELDS = ("args", "form", "continued", "needs_model")
     args: dict[str, Any]
     form: str  # "shell", "list", "flags", "python"
     continued: bool = False  # the line ends with a backslash: flag lines below belong to it
     needs_model: bool = False  # 'vllm serve \' with the model on the next line
+
+    def __init__(self, args: dict[str, Any], form: str, continued: bool = False, needs_model: bool = False) -> None:
+        self.args = args
+        self.form = form
+        self.continued = continued
+        self.needs_model = needs_model
 
 
 def is_advice(text: str) -> bool:

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
 
 from kvlogdiag import pkgdata, recache
 from kvlogdiag.extract.commands import is_placeholder
+from kvlogdiag.records import FrozenRecord
 
 # a vLLM log record head ('INFO 10-20 13:41:05', '[file.py:12]') or a device tool's table row
 _LOG_HEAD = recache.compile(r"\b(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b.{0,40}?\d\d:\d\d:\d\d|\[[\w.]+\.py:\d+\]"
@@ -30,10 +30,10 @@ _COMMAND = recache.compile(r"(?<![\w.-])(?:vllm\s+serve|vllm\.entrypoints|api_se
                            r"export\s+[A-Z_]+=|kubectl|image\s*:)|^\s*(?:[A-Z][A-Z0-9_]*=\S*\s+)+\S|^\s*(?:-\s*)?(?:name|value)\s*:")
 
 
-@dataclass(frozen=True)
-class Evidence:
+class Evidence(FrozenRecord):  # a plain record, not a dataclass: less to build per start (kvlogdiag/records.py)
     """One piece of platform evidence on a line."""
 
+    _FIELDS = ("platform", "what", "name", "text", "weak", "kind")
     platform: str  # contract value (cuda rocm npu cpu xpu tpu hpu), "" = recognised, says no platform
     what: str  # device / tool / env / file / image
     name: str  # the table entry
@@ -41,16 +41,36 @@ class Evidence:
     weak: bool  # counts only when nothing strong does (CUDA_VISIBLE_DEVICES: HIP honours it too)
     kind: str  # log / command / prose
 
+    def __init__(self, platform: str, what: str, name: str, text: str, weak: bool, kind: str) -> None:
+        d = self.__dict__
+        d["platform"] = platform
+        d["what"] = what
+        d["name"] = name
+        d["text"] = text
+        d["weak"] = weak
+        d["kind"] = kind
 
-@dataclass(frozen=True)
-class _Entry:
+
+class _Entry(FrozenRecord):
     """One entry of the device table: what it names, its platform and the patterns that recognise it."""
+
+    _FIELDS = ("what", "name", "platform", "rx", "weak", "short_needs")
     what: str
     name: str
     platform: str
     rx: re.Pattern[str]
     weak: bool
     short_needs: re.Pattern[str] | None
+
+    def __init__(self, what: str, name: str, platform: str, rx: re.Pattern[str], weak: bool,
+                 short_needs: re.Pattern[str] | None) -> None:
+        d = self.__dict__
+        d["what"] = what
+        d["name"] = name
+        d["platform"] = platform
+        d["rx"] = rx
+        d["weak"] = weak
+        d["short_needs"] = short_needs
 
 
 @functools.cache

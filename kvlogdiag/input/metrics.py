@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
 from kvlogdiag import recache
+from kvlogdiag.records import Record
 
 __all__ = ["EngineSample", "MetricsError", "Scrape", "histogram_quantile", "parse_scrape", "parse_scrapes", "sniff"]
 
@@ -82,13 +82,18 @@ def sniff(head: bytes) -> bool:
     return samples > 0 and types > 0
 
 
-@dataclass
-class Histogram:
+class Histogram(Record):  # a plain record, not a dataclass: less to build per start (kvlogdiag/records.py)
     """One engine's cumulative histogram: (upper bound, cumulative count) pairs, the count and the sum."""
 
+    _FIELDS = ("buckets", "count", "total")
     buckets: list[tuple[float, float]]
     count: float
     total: float
+
+    def __init__(self, buckets: list[tuple[float, float]], count: float, total: float) -> None:
+        self.buckets = buckets
+        self.count = count
+        self.total = total
 
     def quantile(self, q: float) -> float | None:
         return histogram_quantile(q, self.buckets)
@@ -124,12 +129,13 @@ def histogram_quantile(q: float, buckets: list[tuple[float, float]]) -> float | 
     return prev_bound
 
 
-@dataclass
-class EngineSample:
+class EngineSample(Record):
     """One engine's figures in one scrape (``engine`` label; None when the exposition has no such label).
 
     ``lines`` maps each figure to (line in the scrape text, the sample line) for evidence."""
 
+    _FIELDS = ("engine", "running", "waiting", "deferred", "kv_usage_pct", "kv_usage_metric", "preemptions_total",
+               "prefix_queries", "prefix_hits", "prefix_hit_rate_pct", "ttft", "itl", "itl_metric", "model", "lines")
     engine: str | None
     running: int | None = None
     waiting: int | None = None
@@ -144,7 +150,29 @@ class EngineSample:
     itl: Histogram | None = None
     itl_metric: str | None = None
     model: str | None = None
-    lines: dict[str, tuple[int, str]] = field(default_factory=dict)
+    lines: dict[str, tuple[int, str]]
+
+    def __init__(self, engine: str | None, running: int | None = None, waiting: int | None = None,
+                 deferred: int | None = None, kv_usage_pct: float | None = None, kv_usage_metric: str | None = None,
+                 preemptions_total: int | None = None, prefix_queries: float | None = None,
+                 prefix_hits: float | None = None, prefix_hit_rate_pct: float | None = None,
+                 ttft: Histogram | None = None, itl: Histogram | None = None, itl_metric: str | None = None,
+                 model: str | None = None, lines: dict[str, tuple[int, str]] | None = None) -> None:
+        self.engine = engine
+        self.running = running
+        self.waiting = waiting
+        self.deferred = deferred
+        self.kv_usage_pct = kv_usage_pct
+        self.kv_usage_metric = kv_usage_metric
+        self.preemptions_total = preemptions_total
+        self.prefix_queries = prefix_queries
+        self.prefix_hits = prefix_hits
+        self.prefix_hit_rate_pct = prefix_hit_rate_pct
+        self.ttft = ttft
+        self.itl = itl
+        self.itl_metric = itl_metric
+        self.model = model
+        self.lines = {} if lines is None else lines
 
     def to_json(self) -> dict[str, Any]:
         return {"engine": self.engine, "model": self.model, "running": self.running, "waiting": self.waiting,
@@ -163,14 +191,20 @@ class EngineSample:
         return self.running is not None or self.kv_usage_pct is not None
 
 
-@dataclass
-class Scrape:
+class Scrape(Record):
     """One parsed exposition: its vLLM engines (in order of their engine label) and what else it held."""
 
+    _FIELDS = ("engines", "first_line", "families", "vllm_families")
     engines: list[EngineSample]
     first_line: int  # line of the scrape's text where it starts (1-based)
     families: int  # metric families parsed
     vllm_families: int  # of them, vllm:* ones
+
+    def __init__(self, engines: list[EngineSample], first_line: int, families: int, vllm_families: int) -> None:
+        self.engines = engines
+        self.first_line = first_line
+        self.families = families
+        self.vllm_families = vllm_families
 
     def to_json(self) -> dict[str, Any]:
         return {"first_line": self.first_line, "families": self.families, "vllm_families": self.vllm_families,
