@@ -658,3 +658,32 @@ def test_expected_kv_returns_assumptions():
     assert isinstance(e, ExpectedKV)
     assert any("8192 assumed" in a for a in e.assumptions)  # batched tokens defaulted
     assert any("version unknown" in a for a in e.assumptions)
+
+
+def test_lookup_model_builds_only_the_entry_it_finds_and_answers_as_a_scan_of_the_catalogue() -> None:
+    """`lookup_model` builds the one entry a log names (docs/performance.md, "Session 9: small-analyze start-up"),
+    and finds what the first-match scan of every entry found."""
+    from kvlogdiag.derive import architecture as arch_mod
+
+    arch_mod._entry.cache_clear()
+    arch_mod.catalogue_entries.cache_clear()
+    try:
+        got = arch_mod.lookup_model("/models/Qwen/Qwen3-8B")
+        assert got is not None and arch_mod._entry.cache_info().currsize == 1
+        entries = arch_mod.catalogue_entries()
+        assert got is arch_mod.lookup_model("Qwen/Qwen3-8B") is next(e.arch for e in entries if e.name == got.name)
+
+        def scan(name: str):  # what lookup_model did before
+            key = arch_mod.normalise_model_name(name)
+            return next((e.arch for e in entries if key in e.aliases), None)
+
+        names = [a for e in entries for a in (e.name, *e.aliases)] + ["meta-llama/Meta-Llama-3.1-8B-Instruct",
+                                                                      "nonexistent/model-7b", "", "Qwen3-VL-32B"]
+        assert len(names) > 40
+        for name in names:
+            if arch_mod._DISTILL_QWEN.match(arch_mod.normalise_model_name(name) if name else ""):
+                continue  # the distill names map to another key first (same in both)
+            assert lookup_model(name) is scan(name), name
+    finally:
+        arch_mod._entry.cache_clear()
+        arch_mod.catalogue_entries.cache_clear()

@@ -758,25 +758,51 @@ def _data_text(filename: str) -> str:
 
 
 @lru_cache(maxsize=1)
-def catalogue_entries() -> tuple[CatalogueEntry, ...]:
-    """All entries of the built-in catalogue ``kvlogdiag/data/models.toml``."""
+def _catalogue_items() -> tuple[dict[str, Any], ...]:
+    """The ``[[models]]`` tables of ``kvlogdiag/data/models.toml``, as parsed."""
     from kvlogdiag import tomlcache
 
     data = tomlcache.loads(_data_text("models.toml"), remember=True)  # parsed once, then read back as JSON
     tomlcache.flush()
-    entries = []
-    for item in data.get("models", []):
-        name = item["name"]
-        verified = bool(item.get("verified", False))
-        source = str(item.get("source", ""))
-        arch = from_hf_config(item["config"], name=name)
-        notes = tuple(item.get("notes", ()))
-        arch = ModelArch(**{**arch.__dict__, "verified": verified, "source": source,
-                            "notes": notes})
-        aliases = {normalise_model_name(name)}
-        aliases.update(normalise_model_name(a) for a in item.get("aliases", ()))
-        entries.append(CatalogueEntry(name, tuple(sorted(aliases)), verified, source, arch))
-    return tuple(entries)
+    return tuple(data.get("models", []))
+
+
+def _aliases(item: dict[str, Any]) -> tuple[str, ...]:
+    aliases = {normalise_model_name(item["name"])}
+    aliases.update(normalise_model_name(a) for a in item.get("aliases", ()))
+    return tuple(sorted(aliases))
+
+
+@lru_cache(maxsize=None)
+def _entry(index: int) -> CatalogueEntry:
+    """Entry ``index`` of the catalogue, built once (`catalogue_entries` and `lookup_model` share it)."""
+    item = _catalogue_items()[index]
+    name = item["name"]
+    verified = bool(item.get("verified", False))
+    source = str(item.get("source", ""))
+    arch = from_hf_config(item["config"], name=name)
+    notes = tuple(item.get("notes", ()))
+    arch = ModelArch(**{**arch.__dict__, "verified": verified, "source": source,
+                        "notes": notes})
+    return CatalogueEntry(name, _aliases(item), verified, source, arch)
+
+
+@lru_cache(maxsize=1)
+def catalogue_entries() -> tuple[CatalogueEntry, ...]:
+    """All entries of the built-in catalogue ``kvlogdiag/data/models.toml``."""
+    return tuple(_entry(i) for i in range(len(_catalogue_items())))
+
+
+@lru_cache(maxsize=1)
+def _alias_index() -> dict[str, int]:
+    """Lookup key → the first catalogue entry (in file order) with that name or alias: `lookup_model` builds only
+    the entry a log names (building all ~25 cost ~1 ms of every small ``analyze``: docs/performance.md, "Session 9:
+    small-analyze start-up")."""
+    index: dict[str, int] = {}
+    for i, item in enumerate(_catalogue_items()):
+        for alias in _aliases(item):
+            index.setdefault(alias, i)
+    return index
 
 
 def load_catalogue() -> dict[str, ModelArch]:
@@ -801,10 +827,8 @@ def lookup_model(name_from_log: str) -> ModelArch | None:
     m = _DISTILL_LLAMA.match(key)
     if m:
         key = "llama-3.3-70b" if m.group(1) == "70" else f"llama-3.1-{m.group(1)}b"
-    for entry in catalogue_entries():
-        if key in entry.aliases:
-            return entry.arch
-    return None
+    i = _alias_index().get(key)  # the first entry whose aliases hold the key, as a scan of catalogue_entries()
+    return None if i is None else _entry(i).arch
 
 
 # ---------------------------------------------------------------------------------------------
