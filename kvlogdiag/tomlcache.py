@@ -7,6 +7,14 @@ give a stale rule. It is only an accelerator — any problem reading or writing 
 corrupt or foreign file) falls back to tomllib silently. Only documents that survive a JSON round trip
 unchanged are cached (a TOML date would not).
 
+The file (``toml-cache-v2.marshal``) is `marshal` data: the key → JSON text table, whose ~40 texts (~0.4 MB: every
+rule file and its conditions, the catalogues) a start reads for the two or three it parses; as JSON
+(``toml-cache-v1.json``, no longer read) that table took ~2-3 ms to decode at each start, as `marshal` ~1, most of it reading the file
+(docs/performance.md, "Session 9: small-analyze start-up"). `marshal` is not meant for damaged or hostile bytes,
+so, as for the regex cache (`kvlogdiag.recache`), the file is read only when it is a regular file owned by this
+user and at most `MAX_CACHE_BYTES`, and only a table of strings to strings with this format's tag is used;
+anything else is a miss, and the file is rewritten.
+
 Location: ``$KVLOGDIAG_CACHE_DIR``, else ``$XDG_CACHE_HOME/kvlogdiag``, else ``~/.cache/kvlogdiag``;
 ``KVLOGDIAG_CACHE_DIR=off`` disables it. At most `MAX_ENTRIES` documents are kept (the newest).
 """
@@ -15,7 +23,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import marshal
 import os
+import stat
 import sys
 import types
 from typing import Any
@@ -49,7 +59,9 @@ tomllib = _lazy("tomllib" if sys.version_info >= (3, 11) else "tomli")
 
 MAX_ENTRIES = 256
 MAX_CACHE_BYTES = 16 << 20
-FILE_NAME = "toml-cache-v1.json"
+FILE_NAME = "toml-cache-v2.marshal"
+MARSHAL_VERSION = 4  # fixed, not marshal.version: the same bytes from every Python that reads them
+TAG = "kvlogdiag toml-cache v2"
 
 _disk: dict[str, str] | None = None  # hash → JSON text, as read from the cache file
 _used: dict[str, str] = {}  # entries looked up or added by `loads(..., remember=True)` since the last flush
@@ -76,14 +88,23 @@ def _load_disk() -> dict[str, str]:
         d = cache_dir()
         if d:
             try:
-                with open(os.path.join(d, FILE_NAME), "rb") as fh:
-                    raw = fh.read(MAX_CACHE_BYTES + 1)
-                data = json.loads(raw) if len(raw) <= MAX_CACHE_BYTES else None
-                if isinstance(data, dict):
-                    _disk = {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str)}
-            except (OSError, ValueError, RecursionError):
-                pass
+                fd = os.open(os.path.join(d, FILE_NAME), os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO never blocks
+                with open(fd, "rb") as fh:
+                    raw = fh.read(MAX_CACHE_BYTES + 1) if trusted(os.fstat(fh.fileno())) else b""
+                doc = marshal.loads(raw) if 0 < len(raw) <= MAX_CACHE_BYTES else None
+                if isinstance(doc, dict) and doc.get("tag") == TAG and isinstance(doc.get("entries"), dict):
+                    _disk = {k: v for k, v in doc["entries"].items() if isinstance(k, str) and isinstance(v, str)}
+            except Exception:  # noqa: BLE001 - a missing, corrupt, truncated or foreign file of any kind is just a miss
+                _disk = {}
     return _disk
+
+
+def trusted(st: os.stat_result) -> bool:
+    """A cache file ``marshal`` may read: a regular file owned by this user."""
+    if not stat.S_ISREG(st.st_mode):
+        return False
+    getuid = getattr(os, "geteuid", None)
+    return getuid is None or st.st_uid == getuid()
 
 
 def loads(text: str, remember: bool = False) -> dict[str, Any]:
@@ -155,10 +176,18 @@ def flush() -> None:
     if len(merged) > MAX_ENTRIES:
         merged = dict(list(merged.items())[-MAX_ENTRIES:])
     try:
-        from kvlogdiag.fileio import write_atomic
+        from kvlogdiag.fileio import replace_atomically
+
+        data = marshal.dumps({"tag": TAG, "entries": merged}, MARSHAL_VERSION)
+
+        def write(fd: int, tmp: str) -> None:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
 
         os.makedirs(d, mode=0o700, exist_ok=True)
-        write_atomic(os.path.join(d, FILE_NAME), json.dumps(merged, ensure_ascii=False))
+        replace_atomically(os.path.join(d, FILE_NAME), ".tmp", write)
         _disk = merged
     except (OSError, ValueError):
         pass

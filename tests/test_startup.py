@@ -4,6 +4,7 @@ parsed-TOML cache. What is imported and what is cached is checked here; CPU time
 from __future__ import annotations
 
 import json
+import marshal
 import os
 import subprocess
 import sys
@@ -79,11 +80,17 @@ def _fresh_cache(monkeypatch, where) -> None:
     monkeypatch.setattr(tomlcache, "_dirty", False)
 
 
+def _cache_entries(path) -> dict:
+    doc = marshal.loads(path.read_bytes())
+    assert doc["tag"] == tomlcache.TAG
+    return doc["entries"]
+
+
 def test_toml_cache_gives_what_tomllib_gives(tmp_path, monkeypatch):
     _fresh_cache(monkeypatch, tmp_path / "c")
     first = load_rules()
     cache_file = tmp_path / "c" / tomlcache.FILE_NAME
-    data = json.loads(cache_file.read_text())
+    data = _cache_entries(cache_file)
     assert len(data) == 2 * len(builtin_rule_files())  # each file's TOML, and its parsed conditions (rules/condcache.py)
     _fresh_cache(monkeypatch, tmp_path / "c")
     calls = []
@@ -108,9 +115,51 @@ def test_toml_cache_edited_text_is_a_new_entry_and_a_corrupt_file_is_ignored(tmp
     _fresh_cache(monkeypatch, tmp_path / "c")
     assert tomlcache.loads('a = 1\n', remember=True) == {"a": 1}
     tomlcache.flush()
-    assert json.loads((tmp_path / "c" / tomlcache.FILE_NAME).read_text())  # rewritten whole
+    assert _cache_entries(tmp_path / "c" / tomlcache.FILE_NAME)  # rewritten whole
     d = 'd = 1979-05-27\n'  # a TOML date does not survive JSON: parsed every time, never cached
     assert str(tomlcache.loads(d, remember=True)["d"]) == "1979-05-27"
+
+
+def test_toml_cache_is_marshal_read_only_from_a_regular_file_of_this_user(tmp_path, monkeypatch):
+    """toml-cache-v2.marshal (docs/performance.md, "Session 9: small-analyze start-up"): what a start reads is checked
+    before ``marshal`` sees it; a file of the old JSON format, a truncated, foreign or planted one is a miss."""
+    _fresh_cache(monkeypatch, tmp_path / "c")
+    assert tomlcache.loads('a = 1\n', remember=True) == {"a": 1}
+    tomlcache.flush()
+    target = tmp_path / "c" / tomlcache.FILE_NAME
+    good = target.read_bytes()
+    assert tomlcache.FILE_NAME.endswith(".marshal") and len(_cache_entries(target)) == 1
+
+    def hit() -> bool:
+        _fresh_cache(monkeypatch, tmp_path / "c")
+        calls = []
+        real = tomlcache.tomllib.loads
+        monkeypatch.setattr(tomlcache.tomllib, "loads", lambda text: calls.append(1) or real(text))
+        assert tomlcache.loads('a = 1\n') == {"a": 1}
+        monkeypatch.setattr(tomlcache.tomllib, "loads", real)
+        return not calls
+
+    assert hit()
+    for bad in (good[: len(good) // 2], b"", json.dumps({k: v for k, v in _cache_entries(target).items()}).encode(),
+                marshal.dumps({"tag": "other", "entries": _cache_entries(target)}),
+                marshal.dumps({"tag": tomlcache.TAG, "entries": {1: 2}}), marshal.dumps([1, 2, 3])):
+        target.write_bytes(bad)
+        assert not hit(), bad[:40]
+    target.write_bytes(good)
+    uid = os.geteuid()
+    monkeypatch.setattr(tomlcache.os, "geteuid", lambda: uid + 1)  # the file is another owner's now
+    assert not hit()
+    monkeypatch.setattr(tomlcache.os, "geteuid", lambda: uid)
+    assert hit()
+    target.unlink()
+    os.mkfifo(target)  # a FIFO there: never read, never blocks
+    assert not hit()
+    target.unlink()
+    (tmp_path / "c" / "toml-cache-v1.json").write_text(json.dumps({"x": "{}"}))  # the old file: not read, not needed
+    assert not hit()
+    assert tomlcache.loads('a = 1\n', remember=True) == {"a": 1}
+    tomlcache.flush()
+    assert _cache_entries(target) and hit()  # written again in the new format
 
 
 def test_toml_cache_off_writes_nothing(tmp_path, monkeypatch):
