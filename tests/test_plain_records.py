@@ -22,6 +22,7 @@ from kvlogdiag.cli.output import Output
 from kvlogdiag.derive import architecture as A
 from kvlogdiag.extract import commands as CM
 from kvlogdiag.extract import platform as PL
+from kvlogdiag.extract.facts import LogFacts
 from kvlogdiag.input import metrics as M
 from kvlogdiag.records import FrozenRecord, Record, replace
 from kvlogdiag.rules import condition as C
@@ -191,7 +192,7 @@ def test_architecture_records_compare_and_rebuild_as_before() -> None:
 
 RESULT_RECORDS = (R.Finding, R.RankFigures, R.RankValue, R.LogLine, R.RunInfo, R.VllmInfo, R.KVCache, R.Analysis,
                   R.InputAnalysis)
-OTHER_RECORDS = (PL.Evidence, PL._Entry, M.Histogram, M.EngineSample, M.Scrape, PT.Pattern, CM.Command)
+OTHER_RECORDS = (PL.Evidence, PL._Entry, M.Histogram, M.EngineSample, M.Scrape, PT.Pattern, CM.Command, LogFacts)
 _FACTORY_FIELDS = {"KVCache": ("available_by_rank", "tokens_by_rank", "blocks_by_rank"),
                    "Analysis": ("findings", "memory_by_rank", "evidence", "extra", "launch_args", "stats_series",
                                 "suggestions"),
@@ -238,6 +239,8 @@ def records() -> list:
 
     analyzer = Analyzer()
     seen: list = []
+    analyze_facts = analyzer.analyze_facts
+    analyzer.analyze_facts = lambda facts: seen.append(facts) or analyze_facts(facts)  # type: ignore[method-assign]
     for log in sorted(SAMPLE_LOGS_DIR.glob("*.log")):
         _records(analyzer.analyze_source(str(log)), seen)
     _records(M.parse_scrape((DATA_DIR / "metrics" / "vllmcpu-0.32-load.txt").read_text()), seen)

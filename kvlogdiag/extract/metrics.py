@@ -20,6 +20,7 @@ from typing import Any
 
 from kvlogdiag.extract.facts import Fact, LogFacts
 from kvlogdiag.input.metrics import EngineSample, Scrape
+from kvlogdiag.records import replace  # LogFacts is a plain record (StatsSummary a dataclass)
 
 __all__ = ["add_scrape", "metrics_json", "use_metrics"]
 
@@ -86,12 +87,12 @@ def use_metrics(facts: LogFacts) -> LogFacts:
     if not facts.metrics.lines:
         return facts
     if not facts.stats.lines:
-        return dataclasses.replace(facts, stats=facts.metrics, runtime_from="metrics")
+        return replace(facts, stats=facts.metrics, runtime_from="metrics")
     m = facts.metrics
     if m.preemptions_total > facts.stats.preemptions_total:
         stats = dataclasses.replace(facts.stats, preemptions_total=m.preemptions_total, preemption_lines=m.preemption_lines,
                                     preemption_first=m.preemption_first)
-        return dataclasses.replace(facts, stats=stats, preemptions_from="metrics")
+        return replace(facts, stats=stats, preemptions_from="metrics")
     return facts
 
 

@@ -10,9 +10,9 @@ extractor's own lists (``watch`` asks again as more lines arrive, and that run m
 from __future__ import annotations
 
 import copy
-import dataclasses
 
 from kvlogdiag.extract.facts import LogFacts
+from kvlogdiag.records import replace
 
 # config sources that are not vLLM's own output (see derive.figures._SOURCE_PRIORITY)
 COMMAND_SOURCES = frozenset({"user_command", "prose"})
@@ -41,9 +41,8 @@ def _fold(prev: LogFacts, extra: LogFacts) -> LogFacts:
         if stopped:  # a pattern stopped in either part leaves the folded run's count incomplete
             hits.stopped = {**getattr(hits, "stopped", {}), **stopped}  # type: ignore[attr-defined]
     launch = {**{k: dict(v) for k, v in extra.launch_args.items()}, **prev.launch_args}  # the run's own lines first
-    return dataclasses.replace(prev, config=config, env={**extra.env, **prev.env}, platform=prev.platform + extra.platform,
-                               line_hits=hits, last_line_of_run=max(prev.last_line_of_run, extra.last_line_of_run),
-                               launch_args=launch)
+    return replace(prev, config=config, env={**extra.env, **prev.env}, platform=prev.platform + extra.platform,
+                   line_hits=hits, last_line_of_run=max(prev.last_line_of_run, extra.last_line_of_run), launch_args=launch)
 
 
 def server_starts(runs: list[LogFacts]) -> list[LogFacts]:
@@ -55,4 +54,4 @@ def server_starts(runs: list[LogFacts]) -> list[LogFacts]:
         else:
             out.append(f)
     n = len(out)
-    return [dataclasses.replace(f, run_index=i, runs=n) for i, f in enumerate(out)]
+    return [replace(f, run_index=i, runs=n) for i, f in enumerate(out)]
