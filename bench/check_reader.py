@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Differential check: the reader's fast paths give exactly the lines of a plain reference.
 
-The fast paths in `kvlogdiag.input.reader` — the keyword finders (`_Finder`, numpy `_BigramFinder`, as
-used by `iter_lines` and by `candidate_spans`), the parallel search of large files
+The fast paths in `kvlogdiag.input.reader` — the keyword finders (`_Finder`, numpy `_BigramFinder`, the
+Aho-Corasick `_AhoFinder`, as used by `iter_lines` and by `candidate_spans`), the parallel search of large files
 (`_parallel_lines`) and the process-prefix cache in `split_envelope` — must not change a single
 line, number, rank or counter. This script compares them with a straightforward reference
 (the reader as it was before the performance work: one regex search per candidate, one chunk at a
@@ -145,15 +145,20 @@ def compare(label: str, data: bytes, pf, chunk_bytes: int, max_line: int, path: 
     want, want_st = ref_lines(io.BytesIO(data).read, pf, chunk_bytes, max_line)
     want = as_tuples(want)
     big = sys.maxsize
-    runs = [("serial, stdlib finder", 0, big, lambda: io.BytesIO(data))]
+    runs = [("serial, stdlib finder", 0, big, big, lambda: io.BytesIO(data))]
     if pf is not None:
-        runs.append(("serial, regex", big, big, lambda: io.BytesIO(data)))
-        runs.append(("serial, numpy finder", 0, 0, lambda: io.BytesIO(data)))
+        runs.append(("serial, regex", big, big, big, lambda: io.BytesIO(data)))
+        runs.append(("serial, numpy finder", 0, 0, big, lambda: io.BytesIO(data)))
+        runs.append(("serial, aho-corasick finder", 0, 0, 0, lambda: io.BytesIO(data)))
         if path is not None:
-            runs.append(("parallel", 0, 0, lambda: open(path, "rb", buffering=chunk_bytes)))
+            runs.append(("parallel, numpy finder", 0, 0, big, lambda: open(path, "rb", buffering=chunk_bytes)))
+            runs.append(("parallel, aho-corasick finder", 0, 0, 0, lambda: open(path, "rb", buffering=chunk_bytes)))
     # each way also with runs of stats lines (`stats_runs`, every stats line in a run), expanded to their lines
-    for (how, finder_after, numpy_after, opener), in_runs in [(r, f) for r in runs for f in (False, pf is not None)]:
-        reader.FINDER_AFTER_BYTES, reader.NUMPY_AFTER_BYTES = finder_after, numpy_after
+    for (how, finder_after, numpy_after, aho_after, opener), in_runs in [(r, f) for r in runs for f in (False, pf is not None)]:
+        reader.FINDER_AFTER_BYTES, reader.NUMPY_AFTER_BYTES, reader.AHO_AFTER_BYTES = finder_after, numpy_after, aho_after
+        reader._AHO_FINDERS.clear()
+        if aho_after and pf is not None:  # off, for the parallel reader too (it builds its finder before forking)
+            reader._AHO_FINDERS[(pf.pattern, pf.flags)] = None
         reader.RUN_MIN_LINES = 1
         reader._BIGRAM_FINDERS.clear()  # plan from this input's first chunk
         st = LineStats()
@@ -171,12 +176,14 @@ def compare(label: str, data: bytes, pf, chunk_bytes: int, max_line: int, path: 
                           f"stats {(st.lines, st.long_lines, st.bytes)} vs {want_st}; {len(got)} vs {len(want)} lines; "
                           f"first difference at #{bad}: {got[bad:bad + 1]} vs {want[bad:bad + 1]}")
     if pf is not None:  # candidate_spans (used by watch) on line-aligned pieces of the input
-        for numpy_after in (0, big):
-            reader.NUMPY_AFTER_BYTES = numpy_after
+        for numpy_after, aho_after in ((0, big), (big, big), (big, 0)):
+            reader.NUMPY_AFTER_BYTES, reader.AHO_AFTER_BYTES = numpy_after, aho_after
             reader._BIGRAM_FINDERS.clear()
+            reader._AHO_FINDERS.clear()
             for piece in ref_chunks(io.BytesIO(data).read, chunk_bytes, max_line, []):
                 if reader.candidate_spans(piece, pf) != reader._regex_spans(piece, pf):
-                    raise Failure(f"{label} [candidate_spans, numpy after {numpy_after}]: spans differ")
+                    raise Failure(f"{label} [candidate_spans, numpy after {numpy_after}, aho after {aho_after}]: spans differ")
+        reader._AHO_FINDERS.clear()
     return len(want)
 
 
@@ -227,11 +234,12 @@ def main() -> int:
     assert keywords, "the prefilter is not a literal alternation: the finder is off"
     saved = (reader.MAX_LINE_BYTES, reader.CHUNK_BYTES, reader.FINDER_AFTER_BYTES, reader.PARALLEL_MIN_BYTES,
              reader.UNIT_CHUNKS, reader.NUMPY_AFTER_BYTES, reader._NUMPY_MIN_CHUNK, reader.SPANS_FINDER_MIN,
-             os.environ.get(reader._JOBS_ENV))
+             reader.AHO_AFTER_BYTES, reader.AHO_WINDOW, os.environ.get(reader._JOBS_ENV))
     checked = 0
     try:
         reader._NUMPY_MIN_CHUNK = 0  # numpy on every chunk, however small
         reader.SPANS_FINDER_MIN = 0  # candidate_spans: the stdlib finder on every chunk
+        reader.AHO_WINDOW = 61  # the Aho-Corasick finder's windows: keywords straddle their boundaries often
         reader.PARALLEL_MIN_BYTES = 0
         os.environ[reader._JOBS_ENV] = "2"
         with tempfile.TemporaryDirectory() as tmp:
@@ -275,12 +283,14 @@ def main() -> int:
         return 1
     finally:
         (reader.MAX_LINE_BYTES, reader.CHUNK_BYTES, reader.FINDER_AFTER_BYTES, reader.PARALLEL_MIN_BYTES,
-         reader.UNIT_CHUNKS, reader.NUMPY_AFTER_BYTES, reader._NUMPY_MIN_CHUNK, reader.SPANS_FINDER_MIN, jobs) = saved
+         reader.UNIT_CHUNKS, reader.NUMPY_AFTER_BYTES, reader._NUMPY_MIN_CHUNK, reader.SPANS_FINDER_MIN,
+         reader.AHO_AFTER_BYTES, reader.AHO_WINDOW, jobs) = saved
+        reader._AHO_FINDERS.clear()
         if jobs is None:
             os.environ.pop(reader._JOBS_ENV, None)
         else:
             os.environ[reader._JOBS_ENV] = jobs
-    print(f"ok: {checked} candidate lines identical (stdlib and numpy finders, parallel search, prefix cache)")
+    print(f"ok: {checked} candidate lines identical (stdlib, numpy and Aho-Corasick finders, parallel search, prefix cache)")
     return 0
 
 

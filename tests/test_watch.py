@@ -640,8 +640,9 @@ def test_memory_stays_flat_over_many_stats_lines(monkeypatch):
 
     from kvlogdiag.input import reader
 
-    # the numpy finder (a one-time import and table) is built during the warm-up, not measured
+    # the fast finder (Aho-Corasick, or numpy: a one-time import and table) is built during the warm-up, not measured
     monkeypatch.setattr(reader, "NUMPY_AFTER_BYTES", 0)
+    monkeypatch.setattr(reader, "AHO_AFTER_BYTES", 0)
 
     class Sink(io.StringIO):  # output is not state: drop it
         def write(self, s):

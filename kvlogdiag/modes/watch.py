@@ -90,8 +90,9 @@ FINISH_AFTER_SIGNAL_S = 5.0  # after a signal: how long the summary may take bef
 EMIT_LOCK_S = 2.0  # a stderr write waits this long for the other thread's write, then is dropped
 EMIT_CHUNK = 1 << 16  # characters of a long JSON event written at once
 METRICS_PENDING_MAX = 4  # watch --metrics: scrapes queued for a slow analysis before newer ones are dropped
-# a live log grows for as long as the server runs: its bulk reads are searched with numpy from the first one
-# (`reader.ChunkScanner`; ~4x the stdlib finder), not only after the 16 MiB that pay numpy's import in analyze
+# a live log grows for as long as the server runs: its bulk reads are searched with the fast finder from the first
+# one (`reader.ChunkScanner`: Aho-Corasick, past `AHO_AFTER_BYTES`; without ahocorasick_rs numpy, ~4x the stdlib
+# finder), not only after the 16 MiB that pay numpy's import in analyze
 LIVE_SIZE_HINT = NUMPY_AFTER_BYTES + 1
 ANALYSIS_PIECE = 128 << 10  # the analysis splits reads into pieces of at most this (`Watcher.analyse_bytes`)
 SWITCH_INTERVAL_S = 0.0005  # the GIL is handed to a thread that waits for it after at most this (`_short_switch_interval`)
