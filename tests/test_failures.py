@@ -96,7 +96,6 @@ KNOWN_MISSES = {
     # rounds 39-40 (session 8 first pass, on every session-8 failure rule incl. s8/fail4: the same verdicts as s8/fail3 gave)
     "r39_01_v06x_neuron_inf_v0_mq_engine_transformers_neuronx_init_caches_parallel_to_nc_frames_cut",
     "r39_04_v0202_metax_c550_plugin_fl_glm47_flash_mla_flashmlaimpl_abstract_methods_single_line",
-    "r39_05_kunlun_p800_vllm_kunlun_minimax25_tp_worker_died_xpujitc_rename_temporary_xblas_assert",
     "r39_07_v0202_ascend910_cann900_nnal_rebuilt_vllm_ascend_enginecore_segfault_minus_11",
     "r39_08_lemonade_nix_strix_halo_vllm_server_wrapper_ready_timeout_0s_killed",
     "r39_15_paddlex_genai_server_paddleocr_vl_vllm_backend_genai_engine_plugins_not_available",
@@ -107,7 +106,6 @@ KNOWN_MISSES = {
     "r40_07_journal_single_l4_gemma4_31b_nvfp4_load_not_enough_gpu_memory_22gib_in_use",
     # rounds 37-38 (session 8 first pass, on every session-8 failure rule incl. s8/fail3)
     "r37_01_v066_serve_s3_runai_streamer_could_not_send_runai_request_file_access_error",
-    "r37_06_v01x_2023_api_server_vicuna13b_ray_worker_sigbus_memset_fatal_python_bus_error",
     "r37_09_v05x_feature_thread_rank0_deepseek_coder_v2_awq_pack_params_mergedcolumnparallellinear_no_weight",
     "r37_11_pr_v1_jan2026_a100_serve_qwen3_fp8_block_compressed_tensors_w8a16_unsupported_weight_strategy_block",
     "r37_13_pr_v08x_macos_source_use_modelscope_serve_qwen15_import_modelscope_module_not_found",
