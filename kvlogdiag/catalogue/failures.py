@@ -66,7 +66,10 @@ EXTRA_KEYWORDS = ("ERROR", "Error", "error:", "Exception", "Traceback", "Killed"
                   # ROCm's HIP runtime trace records (AMD_LOG_LEVEL): ":1:rocdevice.cpp            :1824: … us: [pid:9 …"
                   " us: [pid:",
                   # NIXL's record of a request's failed KV transfer: the server was up (extract/failures.py _RUNTIME_LINE)
-                  "NIXL transfer failure: ")
+                  "NIXL transfer failure: ",
+                  # clang's count of the errors it stopped on (extract/failures.py `_CLANG_SUMMARY`); tt-metal's
+                  # assertion head and CPython's fatal error carry "error:" / "ERROR" only sometimes
+                  " error generated", " errors generated", "TT_FATAL @ ", "TT_THROW @ ", "Fatal Python error: ")
 
 
 @dataclass(frozen=True)

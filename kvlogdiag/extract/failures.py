@@ -236,6 +236,24 @@ _RAY_CPP = recache.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (?P<l>[DIWE
 # logging.cc:97 in Ray 2.x and :108 later); libstdc++'s verbose terminate handler (libstdc++-v3/libsupc++/vterminate.cc,
 # every GCC-built program: torch, NCCL users, vLLM's extensions) writes "terminate called after throwing an instance of
 # '<type>'" and, for a std::exception, "  what():  <message>" on the next line
+# A native record the process aborts on, printed by the runtime itself, not by vLLM's logging (docs/failures.md
+# "Session 9: general rules"). CPython's fatal error ("Fatal Python error: <msg>", Python/pylifecycle.c fatal_error;
+# faulthandler's handler for SIGSEGV / SIGBUS / SIGFPE / SIGABRT / SIGILL writes "Fatal Python error: " and the
+# signal's name, Modules/faulthandler.c faulthandler_fatal_error) and tt-metal's assertions (tt_stl/assert.hpp
+# tt_throw_impl: "<TT_FATAL|TT_THROW|TT_ASSERT> @ <file>:<line>: <condition>", then "info:" and the message, then
+# "backtrace:" — thrown as std::runtime_error, which its Python binding re-raises as RuntimeError)
+_NATIVE_FATAL = recache.compile(r"^(?:Fatal Python error: (?P<py>\S.{2,300})|(?P<tt>TT_(?:FATAL|THROW|ASSERT)) @ "
+                                r"(?P<loc>[^\s:]+:\d+): (?P<cond>\S.{0,400}))$")
+_TT_HEAD = recache.compile(r"\bTT_(?:FATAL|THROW|ASSERT) @ [^\s:]+:\d+: ")
+# faulthandler's signal names whose class the table fixes (a mapping beyond its backing store, tmpfs /dev/shm
+# full, raises SIGBUS: mmap(2)); "Illegal instruction" is the catalogue's `cpu_instruction_set` entry
+_FATAL_SIGNAL_CLASS = {"Bus error": "memory"}
+# clang's diagnostics (hipcc, Kunlun's xpu compiler and every clang-based JIT): "[<file>:<l>:<c>: ]error: <msg>", then
+# the count it prints when it stops (clang/lib/Frontend/CompilerInstance.cpp printDiagnosticStats: "<N> error[s]
+# generated[ when compiling for <arch>]."): a kernel the process compiles at start-up did not compile
+_CLANG_ERROR = recache.compile(r"^(?:[^\s:]+:\d+:\d+: )?(?:fatal )?error: (?P<msg>\S.{7,600})$")
+_CLANG_SUMMARY = recache.compile(r"^(?:\d+ warnings? and )?\d+ errors? generated(?: when compiling for [\w.-]+)?\.$")
+COMPILE_LINES = 4  # how far above clang's summary its error may be
 _CPP_UNHANDLED = recache.compile(r"^Unhandled exception: (?P<type>\S+?)\.? what\(\): (?P<msg>\S.*)$")
 _CPP_TERMINATE = recache.compile(r"^terminate called after throwing an instance of '(?P<type>[^'\n]{1,200})'$")
 _CPP_WHAT = recache.compile(r"^what\(\): +(?P<msg>\S.*)$")
@@ -487,6 +505,9 @@ class StartupTracker:
         self._weak: _Candidate | None = None  # a catalogued cause vLLM logged at WARNING (it waits, then fails)
         self._warning_tail = 0  # the line that continues a Python warning ("x.py:7: RuntimeWarning: …:")
         self._error_line: _Candidate | None = None  # vLLM's first ERROR record that states no exception (last resort)
+        self._fatal: _Candidate | None = None  # the first native fatal record (CPython, tt-metal, clang's failed compile)
+        self._tt_info: tuple[_Candidate, int, str | None] | None = None  # a tt-metal assertion whose message may follow
+        self._compile_error: tuple[Line, str | None, str] | None = None  # clang's last "error: …" line (line, process, msg)
         # the last run of plain ERROR records of one logging call: (first line, process, file:line, first text, last number)
         self._prev_error: tuple[Line, str | None, str | None, str, int] | None = None
         self._logged_exc: _Candidate | None = None  # str(e) that logger.exception printed above its traceback
@@ -658,6 +679,18 @@ class StartupTracker:
             return  # the message of the Python warning on the line before, not an error of its own
         if body_s.endswith(":") and _PY_WARNING.match(body_s):
             self._warning_tail = line.number + 1
+        if self._tt_info is not None:
+            tcand, tlast, tproc = self._tt_info
+            self._tt_info = None
+            if line.number == tlast + 1 and proc == tproc and tcand in (self.cause, self._bare, self._fatal) and body_s \
+                    and body_s != "backtrace:" and body_s[:4] != "--- " and not _FRAME.match(body_s) and not _EXC.match(body_s):
+                if body_s == "info:":
+                    self._tt_info = (tcand, line.number, tproc)  # tt_throw_impl's "info:" line: the message is next
+                    return
+                # the assertion's message (tt_throw_impl writes it on the line after the condition / "info:")
+                tcand.text = f"{tcand.text} — {body_s}"
+                tcand.details = {**tcand.details, "message_line": str(line.number)}
+                return
         if self._continue is not None:
             cand, last, cproc, clevel, left = self._continue
             self._continue = None
@@ -814,6 +847,26 @@ class StartupTracker:
                             {"cpp_terminate": "yes"}, tb)
             self._continue = None  # the next lines are the handler's stack trace, not more of the message
             return
+        if self._fatal is None:
+            raw_body = body.strip()
+            if raw_body[:3] in ("Fat", "TT_") and (fm := _NATIVE_FATAL.match(raw_body)) is not None:
+                # the runtime's own record of the abort: the cause when nothing better states one (see result)
+                msg_f = fm.group("py") or fm.group("cond")
+                mf = self.cat.match(raw_body)
+                self._fatal = self._candidate(line, proc, raw_body, mf, fm.group("tt") or "Fatal Python error",
+                                              _FATAL_SIGNAL_CLASS.get(msg_f.strip(), "unknown"),
+                                              {"native_fatal": "tt-metal " + fm.group("loc") if fm.group("tt") else "CPython"}, tb)
+                if fm.group("tt"):
+                    self._tt_info = (self._fatal, line.number, proc)
+                return
+            if level is None and "error" in raw_body[:120]:
+                if _CLANG_ERROR.match(raw_body) is not None:
+                    self._compile_error = (line, proc, raw_body)
+                elif (ce_ := self._compile_error) is not None and _CLANG_SUMMARY.match(raw_body) \
+                        and line.number - ce_[0].number <= COMPILE_LINES and ce_[1] == proc:
+                    self._fatal = self._candidate(ce_[0], proc, ce_[2], self.cat.match(ce_[2]), "compile error", "kernel",
+                                                  {"compiler_summary": f"line {line.number}: {raw_body}"}, None)
+                    return
         m = self.cat.match(body_s)
         exc = em.group("exc") if em else None
         if m is not None and exc is None and (m.warning and level is None or m.entry.recovered and level in ("ERROR", "CRITICAL")):
@@ -870,7 +923,10 @@ class StartupTracker:
                 elif frame:
                     text_c = f"{body_s}, raised at {frame}" + (f": {src}" if src != frame else "")
             self._set_cause(line, proc, text_c, None, exc, "unknown", {}, tb)
-            if len(line.raw) >= 60:
+            if self.cause is not None and " @ " in text_c and _TT_HEAD.search(text_c):
+                self._tt_info = (self.cause, line.number, proc)
+                self._continue = None
+            elif len(line.raw) >= 60:
                 self._join_from = line.number
         elif em is None and self._bare is None and not code_line and level is None \
                 and ("`" in line.raw or '"' in line.raw or "\u201c" in line.raw) \
@@ -1085,6 +1141,12 @@ class StartupTracker:
             if self._relayed is not None and (c is None or self._relayed.line < c.line and c.match is None):
                 # the worker's message, relayed before anything else states a cause, is the first cause
                 c = self._relayed
+            fa = self._fatal
+            if c is None and fa is not None and (self._bare is None or fa.line < self._bare.line):
+                # a native record the process aborted on (CPython's fatal error, a tt-metal assertion, clang's failed
+                # compile): a failure by itself, like a one-line paste of an exception, and the cause when nothing
+                # the log states before it is one
+                c = fa
             if c is None and self._bare is not None:
                 c = self._bare
             if c is None and shown and self._native_bare is not None:
