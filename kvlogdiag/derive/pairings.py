@@ -114,7 +114,9 @@ class ValueView(_View):
         self._make = make
         self._with_fact = with_fact
         values = getattr(facts, "_values", None)
-        self._values = values if isinstance(values, _Values) and not with_fact else None
+        # a column of a few facts holds the facts themselves (`FactColumn._small`), not yet its typed stores
+        self._values = values if isinstance(values, _Values) and not with_fact and getattr(facts, "_small", None) is None \
+            else None
 
     def _get(self, i: int) -> Any:
         if self._values is not None:

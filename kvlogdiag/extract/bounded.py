@@ -212,6 +212,11 @@ class FactColumn(Sequence):
         # an extractor makes ~18 columns per log and a few stay empty (3-4 of a small log's): an empty column
         # shares read-only empty stores (no index of one is ever valid), and gets its own at its first append
         self._values, self._lines, self._runs, self._dps, self._ranks, self._sources = _EMPTY_STORES
+        # up to 2 * KEEP facts every one is kept whole (each index is within KEEP of an end): the column holds
+        # the facts themselves, and builds its stores and groups when one more comes, by appending them again in
+        # order (the same state as if it had had them from the start). A small log's ~25 columns hold 1-3 facts
+        # each: the stores, groups and roles cost ~10 % of its analysis (docs/performance.md, session 9).
+        self._small: list[Fact] | None = []
         self._rank_ids: dict[str | None, int] = {}
         self._rank_of: list[str | None] = []
         self._source_ids: dict[str, int] = {}
@@ -255,6 +260,19 @@ class FactColumn(Sequence):
         self._ranks, self._sources = Blocks("I"), Blocks("I")
 
     def append(self, f: Fact) -> None:
+        small = self._small
+        if small is not None:
+            if len(small) < 2 * KEEP:
+                small.append(f)
+                self._n += 1
+                return
+            self._small = None
+            self._n = 0
+            for g in small:
+                self._add(g)
+        self._add(f)
+
+    def _add(self, f: Fact) -> None:
         i = self._n
         if self._values is _EMPTY_STORES[0]:
             self._own_stores()
@@ -294,19 +312,30 @@ class FactColumn(Sequence):
 
     # one field of fact ``i`` (0 <= i < len) without building the `Fact` (derive's passes over many KV lines)
     def value_at(self, i: int) -> Any:
+        if self._small is not None:
+            return self._small[i].value
         return self._values[i]
 
     def line_at(self, i: int) -> int:
+        if self._small is not None:
+            return self._small[i].line
         return self._lines[i]
 
     def rank_at(self, i: int) -> str | None:
+        if self._small is not None:
+            return self._small[i].rank
         return self._rank_of[self._ranks[i]]
 
     def group_at(self, i: int) -> tuple[int, int]:
         """(run, DP group)."""
+        if self._small is not None:
+            f = self._small[i]
+            return f.run, f.dp
         return self._runs[i], self._dps[i]
 
     def _fact(self, i: int) -> Fact:
+        if self._small is not None:
+            return self._small[i]
         f = self._kept.get(i)
         if f is not None:
             return f
