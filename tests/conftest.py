@@ -66,3 +66,24 @@ def _toml_cache_in_tmp(tmp_path_factory):
         os.environ.pop("KVLOGDIAG_CACHE_DIR", None)
     else:
         os.environ["KVLOGDIAG_CACHE_DIR"] = old
+
+
+_STARTUP_PREFILTER = None
+
+
+def startup_verdict(lines: list[str]) -> dict:
+    """The start-up tracker's verdict on the lines the reader's prefilter lets through, numbered from 1 (as
+    `kvlogdiag analyze` feeds them)."""
+    global _STARTUP_PREFILTER
+    from kvlogdiag.catalogue.failures import prefilter_keywords
+    from kvlogdiag.catalogue.patterns import prefilter_regex
+    from kvlogdiag.extract.failures import StartupTracker
+    from kvlogdiag.input.reader import make_line
+
+    if _STARTUP_PREFILTER is None:
+        _STARTUP_PREFILTER = prefilter_regex(prefilter_keywords())
+    t = StartupTracker()
+    for i, text in enumerate(lines, 1):
+        if _STARTUP_PREFILTER.search(text.encode()):
+            t.feed(make_line(i, text.encode()))
+    return t.result()

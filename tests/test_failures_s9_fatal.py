@@ -4,21 +4,7 @@ general rules"). Lines go through the reader's prefilter, as `kvlogdiag analyze`
 
 from __future__ import annotations
 
-from kvlogdiag.catalogue.failures import prefilter_keywords
-from kvlogdiag.catalogue.patterns import prefilter_regex
-from kvlogdiag.extract.failures import StartupTracker
-from kvlogdiag.input.reader import make_line
-
-_PREFILTER = prefilter_regex(prefilter_keywords())
-
-
-def run(lines: list[str]) -> dict:
-    t = StartupTracker()
-    for i, text in enumerate(lines, 1):
-        if _PREFILTER.search(text.encode()):
-            t.feed(make_line(i, text.encode()))
-    return t.result()
-
+from conftest import startup_verdict as run
 
 RW = "(RayWorker pid=3554640) "
 SIGBUS = [RW + "*** SIGBUS received at time=1692931519 on cpu 133 ***",

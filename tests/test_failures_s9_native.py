@@ -4,22 +4,7 @@ that cannot execute the start command (docs/failures.md "Session 9: general rule
 
 from __future__ import annotations
 
-from kvlogdiag.catalogue.failures import prefilter_keywords
-from kvlogdiag.catalogue.patterns import prefilter_regex
-from kvlogdiag.extract.failures import StartupTracker
-from kvlogdiag.input.reader import make_line
-
-_PREFILTER = prefilter_regex(prefilter_keywords())
-
-
-def run(lines: list[str]) -> dict:
-    """The verdict on the lines the reader's prefilter lets through (as `kvlogdiag analyze` feeds them)."""
-    t = StartupTracker()
-    for i, text in enumerate(lines, 1):
-        if _PREFILTER.search(text.encode()):
-            t.feed(make_line(i, text.encode()))
-    return t.result()
-
+from conftest import startup_verdict as run
 
 EC = "(EngineCore pid=829571) "
 ENGINE_TB = [EC + "Process EngineCore:", EC + "Traceback (most recent call last):",

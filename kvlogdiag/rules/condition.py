@@ -46,7 +46,6 @@ import operator
 import re
 from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import FrozenInstanceError
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, Union
 
 if TYPE_CHECKING:
@@ -54,6 +53,7 @@ if TYPE_CHECKING:
 
 from kvlogdiag import recache
 from kvlogdiag.errors import KvlogdiagError
+from kvlogdiag.records import FrozenRecord
 
 __all__ = [
     "Binary", "Call", "Condition", "ConditionError", "EvaluationError", "FunctionSpec",
@@ -99,36 +99,15 @@ class EvaluationError(_PositionedError):
     """A condition could not be evaluated; ``position`` is the column, if known."""
 
 
-class _Frozen:
-    """The frozen-dataclass behaviour these records had, written out (a dataclass costs ~0.5 ms to create at
-    import, docs/performance.md "Session 8 (2)"): set once in ``__init__``, compared, hashed and shown by their
-    fields (`_FIELDS`, in order), pickled as a call of the class with those fields."""
+class _Frozen(FrozenRecord):
+    """A `kvlogdiag.records.FrozenRecord` (the frozen-dataclass behaviour, written out: a dataclass costs ~0.5 ms to
+    create at import, docs/performance.md "Session 8 (2)") whose fields are ``__slots__`` (`_FIELDS`, in order), set
+    once in ``__init__`` and pickled as a call of the class with those fields."""
 
     __slots__ = ()
-    _FIELDS: tuple[str, ...] = ()
-
-    def _values(self) -> tuple[Any, ...]:  # each class: its fields' values, in `_FIELDS` order
-        raise NotImplementedError
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is self.__class__:
-            return self._values() == other._values()  # type: ignore[attr-defined]
-        return NotImplemented
-
-    def __hash__(self) -> int:  # lru_cache keys (engine.py) and sets of conditions hash them
-        return hash(self._values())
-
-    def __repr__(self) -> str:
-        return f"{self.__class__.__qualname__}({', '.join(f'{f}={v!r}' for f, v in zip(self._FIELDS, self._values()))})"
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise FrozenInstanceError(f"cannot assign to field {name!r}")
-
-    def __delattr__(self, name: str) -> None:
-        raise FrozenInstanceError(f"cannot delete field {name!r}")
 
     def __reduce__(self) -> tuple[Any, ...]:  # Class(*fields): half the cost of a state to set back field by field
-        return self.__class__, self._values()
+        return self.__class__, self._GET(self)
 
 
 class FunctionSpec(_Frozen):
@@ -157,8 +136,6 @@ class FunctionSpec(_Frozen):
         _set(self, "regex_args", regex_args)
         _set(self, "digits_args", digits_args)
 
-    def _values(self) -> tuple[Any, ...]:
-        return (self.min_args, self.max_args, self.regex_args, self.digits_args)
 
 
 class Literal(_Frozen):
@@ -173,8 +150,6 @@ class Literal(_Frozen):
         object.__setattr__(self, "value", value)
         object.__setattr__(self, "pos", pos)
 
-    def _values(self) -> tuple[Any, ...]:
-        return (self.value, self.pos)
 
 
 class Name(_Frozen):
@@ -189,8 +164,6 @@ class Name(_Frozen):
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "pos", pos)
 
-    def _values(self) -> tuple[Any, ...]:
-        return (self.name, self.pos)
 
 
 class ListExpr(_Frozen):
@@ -205,8 +178,6 @@ class ListExpr(_Frozen):
         object.__setattr__(self, "items", items)
         object.__setattr__(self, "pos", pos)
 
-    def _values(self) -> tuple[Any, ...]:
-        return (self.items, self.pos)
 
 
 class Call(_Frozen):
@@ -223,8 +194,6 @@ class Call(_Frozen):
         object.__setattr__(self, "args", args)
         object.__setattr__(self, "pos", pos)
 
-    def _values(self) -> tuple[Any, ...]:
-        return (self.name, self.args, self.pos)
 
 
 class Unary(_Frozen):
@@ -241,8 +210,6 @@ class Unary(_Frozen):
         object.__setattr__(self, "operand", operand)
         object.__setattr__(self, "pos", pos)
 
-    def _values(self) -> tuple[Any, ...]:
-        return (self.op, self.operand, self.pos)
 
 
 class Binary(_Frozen):
@@ -261,8 +228,6 @@ class Binary(_Frozen):
         object.__setattr__(self, "right", right)
         object.__setattr__(self, "pos", pos)
 
-    def _values(self) -> tuple[Any, ...]:
-        return (self.op, self.left, self.right, self.pos)
 
 
 Node = Union[Literal, Name, ListExpr, Call, Unary, Binary]
@@ -876,8 +841,6 @@ class Condition(_Frozen):
         object.__setattr__(self, "source", source)
         object.__setattr__(self, "tree", tree)
 
-    def _values(self) -> tuple[Any, ...]:
-        return (self.source, self.tree)
 
     @functools.cached_property
     def names(self) -> frozenset[str]:

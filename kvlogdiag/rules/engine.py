@@ -170,8 +170,6 @@ class Check(_Frozen):
         _set(self, "evidence", evidence)
         _set(self, "suggest", suggest)
 
-    def _values(self) -> tuple[Any, ...]:
-        return (self.when, self.message, self.severity, self.fix, self.evidence, self.suggest)
 
 
 _RULE_FIELDS = ("code", "name", "severity", "summary", "message", "why", "fix", "references", "applies_to", "params",

@@ -56,8 +56,6 @@ class SuggestSpec(_Frozen):
         _set(self, "restart_and_measure", restart_and_measure)
         _set(self, "remove", remove)
 
-    def _values(self) -> tuple[Any, ...]:
-        return (self.flag, self.env, self.value, self.when, self.measure, self.restart_and_measure, self.remove)
 
 
 def merge(base: dict | None, override: Any) -> dict | None:
