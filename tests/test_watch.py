@@ -401,16 +401,14 @@ def test_a_severity_that_rises_is_printed_at_once():
 def test_a_finding_that_stops_holding_is_withdrawn(monkeypatch):
     """A rule can hold on a prefix and not once a later line is read (e.g. 'failed before the KV cache was
     sized' until the KV error printed right after the failure): watch withdraws what it printed."""
-    import dataclasses
-
-    from kvlogdiag.result import Finding, Severity
+    from kvlogdiag.result import Finding, Severity, replace
 
     w, events = engine()
     w.take(TP4.read_bytes())
     real = w._analyse
     held = Finding("KVD099", "test-rule", Severity.WARNING, "holds on the prefix", line=3)
     answers = iter([[held], []])
-    monkeypatch.setattr(w, "_analyse", lambda i: dataclasses.replace(real(i), findings=next(answers)))
+    monkeypatch.setattr(w, "_analyse", lambda i: replace(real(i), findings=next(answers)))
     w.evaluate()
     w.evaluate()
     kinds = [(e["event"], e.get("kind"), e.get("rule")) for e in events()]
