@@ -98,10 +98,9 @@ def _ref(a: dict) -> dict:
     }
 
 
-# Known disagreements, each a bug to fix (strict: the mark fails once it is fixed). r41_14 (blind round 41, session 9):
-# a docker-compose paste of two containers; `scan` gives two rows numbered run 1, `analyze --run all` one analysis.
-MODES_DISAGREE = {"r41_14_ascend_310p_compose_qwen3_next_eh9999_sdma_copy_error_device_sync_507013_apiserver.log":
-                  "scan splits the two compose containers into two rows, analyze reads one run"}
+# Known disagreements, each a bug to fix (strict: the mark fails once it is fixed). None now: r41_14 (blind round 41),
+# whose compose container's first lines had no vLLM head, was split into two sessions until session 10.
+MODES_DISAGREE: dict[str, str] = {}
 LOG_PARAMS = [pytest.param(p, marks=pytest.mark.xfail(strict=True, reason=MODES_DISAGREE[p.name])) if p.name in MODES_DISAGREE
               else p for p in LOGS]
 

@@ -21,7 +21,7 @@ from kvlogdiag.extract.failures import MAX_ECHOES, WINDOW, StartupTracker
 from kvlogdiag.input.reader import detect_hard_wrap, iter_lines, make_line, open_input, unwrap_lines
 
 DATA = Path(__file__).parent / "data"
-CASES = [p for d in ("failures", "failures_heldout", "failures_heldout2", "failures_heldout3", "failures_heldout4", "failures_heldout5", "failures_heldout6", "failures_heldout7", "failures_heldout8", "failures_heldout9", "failures_heldout10", "failures_heldout11", "failures_heldout12", "failures_heldout13", "failures_heldout14", "failures_heldout15", "failures_heldout16", "failures_heldout17", "failures_heldout18", "failures_heldout19", "failures_heldout20", "failures_heldout21", "failures_heldout22", "failures_heldout23", "failures_heldout24", "failures_heldout25", "failures_heldout26", "failures_heldout27", "failures_heldout28", "failures_heldout29", "failures_heldout30", "failures_heldout31", "failures_heldout32", "failures_heldout33", "failures_heldout34", "failures_heldout35", "failures_heldout36", "failures_heldout37", "failures_heldout38", "failures_heldout39", "failures_heldout40") for p in sorted((DATA / d).glob("*.json"))]
+CASES = [p for d in ("failures", "failures_heldout", "failures_heldout2", "failures_heldout3", "failures_heldout4", "failures_heldout5", "failures_heldout6", "failures_heldout7", "failures_heldout8", "failures_heldout9", "failures_heldout10", "failures_heldout11", "failures_heldout12", "failures_heldout13", "failures_heldout14", "failures_heldout15", "failures_heldout16", "failures_heldout17", "failures_heldout18", "failures_heldout19", "failures_heldout20", "failures_heldout21", "failures_heldout22", "failures_heldout23", "failures_heldout24", "failures_heldout25", "failures_heldout26", "failures_heldout27", "failures_heldout28", "failures_heldout29", "failures_heldout30", "failures_heldout31", "failures_heldout32", "failures_heldout33", "failures_heldout34", "failures_heldout35", "failures_heldout36", "failures_heldout37", "failures_heldout38", "failures_heldout39", "failures_heldout40", "failures_heldout41", "failures_heldout42", "failures_heldout43") for p in sorted((DATA / d).glob("*.json"))]
 
 
 def run(lines, keep=None) -> dict:
@@ -93,6 +93,14 @@ def read_like_analyze(path: Path) -> dict:
 
 # known misses (docs/failures.md)
 KNOWN_MISSES = {
+    # rounds 41-43 (measured first in session 9; listed in session 10 after its general rules fixed 7 of them)
+    "r41_06_2026_v2_runner_sm120_local_cuda_lt_129_flashinfer_jit_prefill_plan_device_capability_line",
+    "r42_01_qwen25_omni_v1_api_server_worker_attributeerror_tuple_no_attribute_ndim",
+    "r42_04_transformers_issue_glm45_vllm_tp2_transformers_backend_glm4moemodel_no_tensor_parallel",
+    "r42_07_minimax_m25_local_path_vllm_serve_tp8_ep_only_benign_safetensors_retry_line_cause_not_posted",
+    "r42_08_v085post1_minicpm_v4_eagle_spec_serve_started_engine_process_segfault_no_message",
+    "r42_20_fakevlm_eval_vllm_tp2_llm_load_enginecore_expected_1_prompt_placeholders_found_0",
+    "r42_21_dynamo_142_multinode_dgd_vllm_worker_tp_marlin_gemm_torch_stable_abi_aten_empty_call_failed",
     # rounds 39-40 (session 8 first pass, on every session-8 failure rule incl. s8/fail4: the same verdicts as s8/fail3 gave)
     "r39_01_v06x_neuron_inf_v0_mq_engine_transformers_neuronx_init_caches_parallel_to_nc_frames_cut",
     "r39_04_v0202_metax_c550_plugin_fl_glm47_flash_mla_flashmlaimpl_abstract_methods_single_line",

@@ -39,6 +39,10 @@ _NUMBER = recache.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?")
 EXTRA_KEYWORDS = ("ERROR", "Error", "error:", "Exception", "Traceback", "Killed", "died", "with signal", "by signal",
                   "exit code", "exitcode", "Failed core proc", "failed to start", "[type=",
                   "validation error for", "Application startup complete", "Uvicorn running on",
+                  # the API server about to serve, its engine built (extract/failures.py `_HTTP_STARTING`)
+                  "Starting vLLM API server ", "Starting vLLM server on ",
+                  # Ascend CANN's error-manager records close with where they were raised (extract/failures.py `_CANN_LOC`)
+                  "[FUNC:",
                   "Avg prompt throughput", 'File "', "fatal signal", "See stack trace",
                   # uvicorn's own shutdown line: it was serving (extract/failures.py `_UVICORN_SHUTDOWN`)
                   "INFO:     Shutting down",
@@ -176,6 +180,7 @@ class FailureCatalogue:
         self._kw_re = recache.compile("|".join(re.escape(k) for k in sorted(kw, key=len, reverse=True)))
         self.echo = [recache.compile(x["regex"]) for x in data.get("echo", [])]
         self.deaths = [recache.compile(x["regex"]) for x in data.get("death", [])]
+        self.recovered = [recache.compile(x["regex"]) for x in data.get("recovered", [])]
         self.class_hints: list[tuple[str, re.Pattern[str] | None, re.Pattern[str] | None]] = [
             (x["class"], recache.compile(x["message"]) if "message" in x else None,
              recache.compile(x["frames"]) if "frames" in x else None)
@@ -219,6 +224,10 @@ class FailureCatalogue:
 
     def is_echo(self, text: str) -> bool:
         return any(rx.search(text) for rx in self.echo)
+
+    def is_recovered(self, text: str) -> bool:
+        """Whether ``text`` is a line vLLM logs for an exception it catches and goes on from (never a cause)."""
+        return any(rx.search(text) for rx in self.recovered)
 
     def death(self, text: str) -> dict[str, str] | None:
         """Named groups of a process-death line (``process``, ``signal``, ``exit_code``, ``failed``)."""

@@ -54,7 +54,12 @@ _INLINE_EXC = recache.compile(r"\s((?:[a-z_][a-z0-9_]*\.)+[A-Z]\w*(?:Error|Excep
 _VALIDATION = recache.compile(r"(?<!\d)(?P<count>\d+) validation errors? for (?P<config>\w+)")
 _PYDANTIC_ITEM = recache.compile(r"^(?:Value error, (?P<value_error>.*)|(?P<item>.*\[type=[\w.]+.*))$")
 _PID = recache.compile(r"\((?P<name>[^()]*?) pid=(?P<pid>\d+)")
-_STARTED = ("Application startup complete", "Uvicorn running on")
+_STARTED = ("Application startup complete", "Uvicorn running on", "Starting vLLM API server ", "Starting vLLM server on ")
+# the API server logs "Starting vLLM API server [%d ]on %s" inside `async with build_async_engine_client(...)`, after
+# the engine client was built and the app state initialised, right before serve_http (vllm 0.8.5.post1
+# entrypoints/openai/api_server.py:1078-1094, 0.10.2 :1961-1973, 0.11.0 :1902-1915; 0.33.0 "Starting vLLM server on %s",
+# entrypoints/launchers/api_server/entry.py:132-139): the engine is up, only the HTTP server's own start can still fail
+_HTTP_STARTING = ("Starting vLLM API server ", "Starting vLLM server on ")
 # uvicorn logs "Shutting down" (0.54.0 uvicorn/server.py:282, its default "INFO:     " level prefix) only from
 # Server.shutdown, which _serve calls only `if self.started` (server.py:105-108): after the socket was bound and the
 # app's start-up completed. vLLM runs uvicorn only once its engine is built (V0 and V1 api_server run_server build the
@@ -69,6 +74,11 @@ _NIXL_STATUS = recache.compile(r"NIXL_ERR_[A-Z_]+")
 # v1/engine/async_llm.py:173 "Added request %s."), logged at INFO by vLLM's own record head
 _REQUEST_SEEN = recache.compile(r"\bINFO\b[^\n]{0,80}?\] (?:Received request \S+: (?:prompt|params)|Added request \S+\.$)")
 _FRAME = recache.compile(r'^File "[^"]*", line \d+')
+# CPython names the full dotted module when its parent package imported but lacks it (importlib._bootstrap
+# _find_and_load_unlocked); vLLM's compiled extensions (vllm._C, vllm._moe_C) stay a build's failure
+_VLLM_SUBMODULE_MISSING = recache.compile(r"No module named 'vllm\.(?!_)[\w.]+'")
+# a frame of a file inside the vllm package (site-packages/vllm/…, a source checkout's vllm/…)
+_VLLM_PACKAGE_FRAME = recache.compile(r'^File "(?:[^"]*[/\\])?vllm[/\\]')
 # frames only a running server executes: a traceback through them is a runtime crash, not a failed start
 # (execute_model is not one of them: V0 profiles the KV cache with it during start-up)
 _RUNTIME_FRAME = recache.compile(r'^File "[^"]*", line \d+,? in (?:run_engine_loop|engine_step|run_busy_loop|'
@@ -200,6 +210,8 @@ _LIB_ERROR = recache.compile(r"^(?P<name>(?!(?:ERROR|FATAL|WARN|WARNING|INFO|DEB
 _ATTR_MSG = recache.compile(r"^'[\w.]+' object has no attribute '\w+'$")
 # vLLM's CLI flags named in a message (`--enable-auto-tool-choice and --enable-reasoning cannot be …`)
 _FLAG = recache.compile(r"(?<![\w-])--[a-z][a-z0-9]*(?:-[a-z0-9]+)+\b")
+# a one-word flag counts only quoted as a flag ("via the `--model` option"): bare, "--model" or "--port" may be prose
+_QUOTED_FLAG = recache.compile(r"(?<=[`'\"])--[a-z][a-z0-9]*(?=[`'\"])")
 # Python's warnings module: "path.py:LINE: CategoryWarning: message"
 _PY_WARNING = recache.compile(r"^\S+\.py:\d+: \w*Warning: ")
 # vLLM turning off the hybrid KV cache manager (0.32.0 vllm/config/vllm.py:2179-2189, "because `--kv-transfer-config`
@@ -284,6 +296,11 @@ _UCX = recache.compile(r"^\[\d{9,}\.\d{6}\] \[[^\]\s:]+:\s*\d+\s*:\s*\d+\]\s+(?P
 # [coro_rpc_client.hpp:978] read rpc body failed, …" — date, time with microseconds, padded level, [thread id], [file:line]
 _EASYLOG = recache.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6} (?P<level>ERROR|CRITICAL|FATAL) +\[\d+\] "
                            r"\[(?P<loc>[\w./-]+\.(?:hpp|cpp|h|cc):\d+)\] (?P<msg>\S.*)$")
+# Ascend CANN's error manager (its error_message_manage.cc, printed with the exception that follows): a record opens with
+# the error code — "EH9999: Inner Error!" and the message on the next, indented line(s), each closed by
+# "[FUNC:…][FILE:…][LINE:…]", or "EZ9999: <message>" on the same line
+_CANN_ERRMGR = recache.compile(r"^(?P<code>E[0-9A-Z]\d{4}): (?P<msg>.*?)\s*$")
+_CANN_LOC = recache.compile(r"(?:\[(?:FUNC|FILE|LINE):[^\]]*\])+\s*$")
 # CANN's modules that name the class of their error outright: the graph engine and its fusion / operator compilers
 # build and tile the operator kernels; HCCL / HCCP are the collective communication library and its RDMA peer
 _CANN_CLASS = {"GE": "kernel", "FE": "kernel", "TBE": "kernel", "TEFUSION": "kernel", "AICPU": "kernel",
@@ -501,6 +518,7 @@ class StartupTracker:
         self._native: tuple[int, str | None, str, str, str | None] | None = None  # a native ERROR record (line, rank, raw, message, process)
         self._native_last = 0  # the last line of the run of native records it starts
         self._native_bare: _Candidate | None = None  # the first native ERROR record (CANN, ROCclr, easylog) as a cause
+        self._cann_inner: tuple[int, str | None, str] | None = None  # CANN's "EH9999: Inner Error!" awaiting its message
         self._kv_nonpositive: _Candidate | None = None  # "Available KV cache memory: -2.77 GiB"
         self._weak: _Candidate | None = None  # a catalogued cause vLLM logged at WARNING (it waits, then fails)
         self._warning_tail = 0  # the line that continues a Python warning ("x.py:7: RuntimeWarning: …:")
@@ -547,6 +565,20 @@ class StartupTracker:
             if self._native_bare is None and self.cause is None:
                 self._native_bare = self._candidate(line, process_of(line), ux.group("msg").strip(), self.cat.match(ux.group("msg")),
                                              None, "connector", {"native_record": f"UCX {ux.group('loc')}"}, None)
+        elif self._native_bare is None and self.cause is None and text[:1] == "E" and text[6:8] == ": " \
+                and (ce := _CANN_ERRMGR.match(text)) is not None:
+            msg_c = _CANN_LOC.sub("", ce.group("msg")).strip()
+            if msg_c in ("", "Inner Error!"):
+                self._cann_inner = (line.number, process_of(line), ce.group("code"))
+            else:
+                self._native_bare = self._candidate(line, process_of(line), msg_c, self.cat.match(msg_c), None, "unknown",
+                                                    {"native_record": f"CANN {ce.group('code')}"}, None)
+        elif (ci := self._cann_inner) is not None and line.number == ci[0] + 1 and process_of(line) == ci[1] \
+                and self._native_bare is None and self.cause is None and (msg_i := _CANN_LOC.sub("", text).strip()):
+            # the message under the error manager's "Inner Error!" head
+            self._cann_inner = None
+            self._native_bare = self._candidate(line, ci[1], msg_i, self.cat.match(msg_i), None, "unknown",
+                                                {"native_record": f"CANN {ci[2]}"}, None)
         elif text[:7] == "[ERROR]" and (cp := _CANN_PLOG.match(line.raw)) is not None:
             # (read from the raw line: the envelope reader takes the record's ".937.954" for a fraction of its own)
             gm = cp
@@ -596,7 +628,7 @@ class StartupTracker:
                 # an exception before this line did not stop the start (e.g. a WARNING traceback)
                 self.cause = None
                 self._bare = self._weak = self._relayed = self._native_bare = None
-                if "Application startup complete" in text:
+                if "Application startup complete" in text or any(s_ in text for s_ in _HTTP_STARTING):
                     self.lifespan_line = line.number
                 else:
                     self.served_line = line.number
@@ -773,6 +805,8 @@ class StartupTracker:
                 return
         if level in ("INFO", "DEBUG"):
             return
+        if tb is None and body_s[:6] == "Error " and self.cat.is_recovered(body_s):
+            return  # an exception vLLM caught and went on from (a retried attempt, a probe): see [[recovered]]
         echo = self.cat.is_echo(body_s)
         death = self.cat.death(body_s)
         if level in ("ERROR", "CRITICAL") and em is None and tb is None and not echo and death is None and not code_line:
@@ -974,7 +1008,8 @@ class StartupTracker:
         elif em and exc and not _WARNING_EXC.search(exc) and not vm and self._bare is None \
                 and not exc.endswith(("KeyboardInterrupt", "SystemExit", "CancelledError")):
             # no evidence it is log output: the cause only if nothing better shows (a one-line paste)
-            self._bare = self._candidate(line, proc, body_s, None, exc, "unknown", {}, None)
+            self._bare = self._candidate(self._first_statement(line, proc, body_s, exc), proc, body_s, None, exc, "unknown",
+                                         {}, None)
             self._continue = (self._bare, line.number, proc, level, 2)
             if len(line.raw) >= 60:
                 self._join_from = line.number
@@ -1093,9 +1128,21 @@ class StartupTracker:
                    generic_class: str | None, details: dict, tb_lines) -> _Candidate:
         return _Candidate(line.number, line.rank, line.raw, proc, text, m, exc, generic_class, details, tb_lines)
 
+    def _first_statement(self, line: Line, proc: str | None, text: str, exc: str | None) -> Line:
+        """The line that first states the exception ``text`` of ``line``: the ERROR record right above it when that
+        record's message is the same, else ``line``."""
+        pe = self._prev_error
+        if exc is not None and pe is not None and pe[1] == proc and 0 < line.number - pe[4] <= 2 \
+                and text.startswith(exc + ": ") and text[len(exc) + 2:].strip() == pe[3]:
+            # `logger.exception(e)` (V0's run_mp_engine, vllm 0.7.3 engine/multiprocessing/engine.py:400) logs str(e)
+            # first, then the traceback that ends in the exception line: the same cause, stated first by the record
+            return pe[0]
+        return line
+
     def _set_cause(self, line: Line, proc: str | None, text: str, m: FailureMatch | None,
                    exc: str | None, generic_class: str | None, details: dict, tb_lines=None) -> None:
-        self.cause = self._candidate(line, proc, text, m, exc, generic_class, details, tb_lines)
+        self.cause = self._candidate(self._first_statement(line, proc, text, exc), proc, text, m, exc, generic_class,
+                                     details, tb_lines)
         self._bare = None
         if generic_class != "config":
             self._continue = (self.cause, line.number, proc, split_level(line.text)[0], 2)
@@ -1184,12 +1231,17 @@ class StartupTracker:
                     # a pydantic validation error stays config unless its words name a narrower class outright
                     cls = hint or cls if cls == "unknown" else (hint if hint in ("quant", "dtype", "parallel", "arch")
                                                                 and c.exception == "ValidationError" else cls)
+                if cls == "kernel" and c.frames and _VLLM_SUBMODULE_MISSING.search(c.text) \
+                        and not _VLLM_PACKAGE_FRAME.search(c.frames[0]):
+                    # vLLM's own module missing, imported by a plugin or a program (the innermost frame is not vLLM's
+                    # code): vLLM is installed in another version than the importer was written for, not a broken build
+                    cls = "config"
                 if cls == "unknown" and (km := _UNEXPECTED_KW.search(c.text)) \
                         and (km.group(1) in arg_table()["kwargs"] or km.group(1).replace("-", "_") in arg_table()["kwargs"]):
                     # one of vLLM's own engine arguments passed to a release (or a wrapper) that does not take it, also
                     # spelled as its command-line flag (a wrapper passing `tool-call-parser` through as a keyword)
                     cls = "config"
-                if cls == "unknown" and any(f in arg_table()["flags"] for f in _FLAG.findall(c.text)):
+                if cls == "unknown" and any(f in arg_table()["flags"] for f in (*_FLAG.findall(c.text), *_QUOTED_FLAG.findall(c.text))):
                     # the message names vLLM's own command-line flags: a combination of settings it refuses
                     cls = "config"
                 if src is not None:

@@ -134,6 +134,8 @@ _ENV_CHARS = recache.compile(
 _KNOWN_START_FIXED = (
     r"Traceback \(most recent call last\)|File \"|raise\s|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):\s"
     r"|(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Failure|Fault|Interrupt)(?::|$)"
+    # Ascend CANN's error records open with their code: "EH9999: Inner Error!", "EZ9999: [PID: 412] …", "E19999: …"
+    r"|E[0-9A-Z]\d{4}: "
 )
 _KNOWN_START: list["re.Pattern[str]"] = []  # built on first use, from the catalogue's keywords
 _KEYWORD_RX: list["re.Pattern[str]"] = []
@@ -358,6 +360,10 @@ def split_envelope_general(raw: str, envs: "Envelopes | None" = None) -> tuple[s
     else:
         start = _headless_envelope(raw, envs)
         text = raw[start:]
+        if start and envs is not None and not envs.shapes and (_COMPOSE.match(raw) or _KUBE_PREFIX.match(raw)):
+            # a container's first lines carry no record head (a native library's error before vLLM logs): the
+            # prefix, verified by the known message start after it, peels the container's next headless lines too
+            envs.learn(raw[:start])
     if start:
         env = raw[:start]
         got = envelope_meta(env)

@@ -1,0 +1,128 @@
+"""Session-10 general rules of the start-up tracker, each from a wrong or missed cause of blind rounds 41-42
+(docs/failures.md "Session 10: general rules"): lines vLLM logs for an exception it recovers from, the API server
+announcing it serves, the logger's copy of an exception stated before the exception line, vLLM's own module missing
+for a plugin, a one-word flag quoted in a message, vLLM-Ascend's custom_ops package, CANN's error-manager records and a
+compose container whose first lines carry no vLLM head."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+from conftest import startup_verdict as run
+
+from kvlogdiag.cli.main import cli
+
+API = "(APIServer pid=1) "
+EC = "(EngineCore_DP0 pid=853) "
+ECHO = "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"
+
+
+def test_retried_attempt_is_no_cause_and_no_failure():
+    # with_retry's "%s: %s, retrying %d of %d" (vllm 0.11.0 transformers_utils/config.py:278)
+    retry = ("Error retrieving safetensors: Repo id must be in the form 'repo_name' or 'namespace/repo_name': "
+             "'/models/m'. Use `repo_type` argument if needed., retrying 1 of 2")
+    r = run([retry])
+    assert r["failed"] is False and r["cause_line"] is None
+    r = run([API + "ERROR 07-01 10:00:00 [config.py:278] " + retry, API + ECHO])
+    assert r["failed"] is True and r["cause_line"] is None  # the failure is shown, its cause is not this line
+    r = run(["ERROR 07-01 10:00:00 [repo_utils.py:126] Error parsing config for /m: [Errno 2] No such file, retrying 1 of 2",
+             "ERROR 07-01 10:00:04 [repo_utils.py:123] Error parsing config for /m: [Errno 2] No such file",
+             "Traceback (most recent call last):", '  File "/v/vllm/transformers_utils/config.py", line 927, in get_config',
+             "FileNotFoundError: [Errno 2] No such file", API + ECHO])
+    assert r["failed"] is True and r["cause_line"] == 5  # the last attempt is raised: its exception is the cause
+    # the safetensors probe catches its last attempt too (0.11.0 config.py:984-988)
+    assert run(["Error retrieving safetensors: 401 Client Error"])["failed"] is False
+    # near miss: the same repo-id error without the retry is the cause
+    r = run(["huggingface_hub.errors.HFValidationError: Repo id must be in the form 'repo_name' or "
+             "'namespace/repo_name': '/models/m'. Use `repo_type` argument if needed."])
+    assert r["failed"] is True and r["cause_line"] == 1 and r["cause_class"] == "model"
+
+
+def test_api_server_starting_means_the_engine_was_built():
+    # "Starting vLLM API server %d on %s" is logged once the engine client is built (0.11.0 api_server.py:1902-1915)
+    for started in ("INFO 07-02 20:30:45 [api_server.py:1349] Starting vLLM API server 0 on http://0.0.0.0:30024",
+                    "INFO 07-02 20:30:45 [entry.py:139] Starting vLLM server on http://0.0.0.0:8000"):
+        r = run([started, "Traceback (most recent call last):"])
+        assert r["failed"] is False, started
+    # only a port still fails the start after it
+    r = run(["INFO 07-02 20:30:45 [api_server.py:1912] Starting vLLM API server 0 on http://0.0.0.0:8000",
+             "ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 8000): address already in use"])
+    assert r["failed"] is True and r["cause_class"] == "port"
+    # near miss: before the line, the same traceback is a failed start
+    assert run(["Traceback (most recent call last):", ECHO])["failed"] is True
+
+
+def test_logger_copy_before_the_exception_line_is_the_cause_line():
+    msg = "The input size is not aligned with the quantized weight shape. This can be caused by too large tensor parallel size."
+    r = run(["ERROR 02-22 00:01:41 engine.py:400] " + msg, "ValueError: " + msg])
+    assert r["cause_line"] == 1 and r["cause_class"] == "parallel"
+    # near misses: another message, or a record of another process, leaves the exception line the cause
+    r = run(["ERROR 02-22 00:01:41 engine.py:400] something else failed", "ValueError: " + msg])
+    assert r["cause_line"] == 2
+    r = run(["(Worker pid=7) ERROR 02-22 00:01:41 engine.py:400] " + msg, "ValueError: " + msg])
+    assert r["cause_line"] == 2
+
+
+def _import_tb(importer: str, module: str) -> list[str]:
+    return ["Traceback (most recent call last):",
+            '  File "/venv/bin/vllm", line 4, in <module>',
+            f'  File "{importer}", line 4, in <module>',
+            f"    from {module} import X",
+            f"ModuleNotFoundError: No module named '{module}'"]
+
+
+def test_vllm_module_missing_for_a_plugin_is_a_version_mismatch():
+    r = run(_import_tb("/venv/lib/python3.12/site-packages/vllm_omni/patch.py", "vllm.inputs.data"))
+    assert r["cause_line"] == 5 and r["cause_class"] == "config"
+    # near misses: imported by vLLM's own code (a broken install), or a compiled extension: a build's failure
+    r = run(_import_tb("/venv/lib/python3.12/site-packages/vllm/entrypoints/cli/main.py", "vllm.inputs.data"))
+    assert r["cause_class"] == "kernel"
+    r = run(_import_tb("/venv/lib/python3.12/site-packages/vllm_omni/patch.py", "vllm._C"))
+    assert r["cause_class"] == "kernel"
+
+
+def test_quoted_one_word_flag_names_a_setting():
+    r = run(["ValueError: With `vllm serve`, you should provide the model as a positional argument or in a config file "
+             "instead of via the `--model` option."])
+    assert r["cause_line"] == 1 and r["cause_class"] == "config"
+
+
+def test_ascend_custom_ops_package_missing_is_a_kernel_library():
+    r = run([EC + "ERROR 11-17 02:43:01 [core.py:708]     import custom_ops  # type: ignore # noqa",
+             EC + "ERROR 11-17 02:43:01 [core.py:708] ModuleNotFoundError: No module named 'custom_ops'"])
+    assert r["cause_line"] == 2 and r["cause_class"] == "kernel"
+
+
+def test_cann_error_manager_record_states_the_cause():
+    lines = ["EH9999: Inner Error!",
+             "        rtDeviceSynchronizeWithTimeout execute failed, reason=[sdma copy error][FUNC:FuncErrorReason]"
+             "[FILE:error_message_manage.cc][LINE:53]",
+             "EH9999: [PID: 412] 2025-09-18-12:15:27.156.464 wait for compute device to finish failed, runtime result = "
+             "507013.[FUNC:ReportCallError][FILE:log_inner.cpp][LINE:161]",
+             API + "Traceback (most recent call last):",
+             API + '  File "/vllm/vllm/entrypoints/cli/main.py", line 54, in main']
+    r = run(lines)
+    assert r["failed"] is True and r["cause_line"] == 2 and r["cause_class"] == "kernel"
+    assert r["cause_text"] == "rtDeviceSynchronizeWithTimeout execute failed, reason=[sdma copy error]"
+    # the message on the code's own line
+    r = run(["EZ9999: wait for compute device to finish failed, runtime result = 507013.[FUNC:ReportCallError]"
+             "[FILE:log_inner.cpp][LINE:161]", API + ECHO])
+    assert r["cause_line"] == 1 and r["cause_class"] == "kernel"
+    # near miss: an error-code head on a healthy start states no failure
+    assert run(["EH9999: Inner Error!", "        something[FUNC:f][FILE:x.cc][LINE:1]"])["failed"] is False
+
+
+def test_compose_container_first_lines_without_a_head_stay_in_the_container(tmp_path):
+    log = tmp_path / "compose.log"
+    log.write_text("\n".join([
+        "vllm-ascend  | EH9999: Inner Error!",
+        "vllm-ascend  |         rtDeviceSynchronizeWithTimeout execute failed, reason=[sdma copy error][FUNC:FuncErrorReason]"
+        "[FILE:error_message_manage.cc][LINE:53]",
+        "vllm-ascend  | (APIServer pid=1) Traceback (most recent call last):",
+        'vllm-ascend  | (APIServer pid=1)   File "/vllm-workspace/vllm/vllm/entrypoints/cli/main.py", line 54, in main',
+        "vllm-ascend  | (APIServer pid=1) " + ECHO]) + "\n")
+    out = CliRunner().invoke(cli, ["analyze", "--run", "all", "--format", "json", str(log)])
+    analyses = json.loads(out.output)["analyses"]
+    assert [a.get("container") for a in analyses] == ["vllm-ascend"]
+    assert analyses[0]["startup"]["cause_line"] == 2 and analyses[0]["startup"]["cause_class"] == "kernel"
