@@ -126,3 +126,26 @@ def test_compose_container_first_lines_without_a_head_stay_in_the_container(tmp_
     analyses = json.loads(out.output)["analyses"]
     assert [a.get("container") for a in analyses] == ["vllm-ascend"]
     assert analyses[0]["startup"]["cause_line"] == 2 and analyses[0]["startup"]["cause_class"] == "kernel"
+
+
+def test_cublas_status_and_graph_capture_refusals_are_kernel_failures():
+    for msg in ("RuntimeError: CUDA error: CUBLAS_STATUS_INVALID_VALUE when calling `cublasGemmEx( handle, opa, opb, m, n, k)`",
+                "RuntimeError: cuDNN error: CUDNN_STATUS_NOT_SUPPORTED. This error may appear if you passed in a non-contiguous input.",
+                "torch.AcceleratorError: HIP error: operation not permitted when stream is capturing"):
+        r = run([EC + "ERROR 01-01 00:00:00 [core.py:708] " + msg, ECHO])
+        assert r["cause_class"] == "kernel", msg
+    # near miss: cuBLAS failing to allocate is left to the memory entries, not called a kernel failure
+    r = run([EC + "ERROR 01-01 00:00:00 [core.py:708] RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling "
+             "`cublasCreate(handle)`", ECHO])
+    assert r["failed"] is True and r["cause_class"] != "kernel"
+
+
+def test_abstract_class_of_a_plugin_is_a_version_mismatch():
+    for msg in ("TypeError: Can't instantiate abstract class FlashMLAImpl without an implementation for abstract methods "
+                "'forward_mha', 'forward_mqa'",
+                "TypeError: Can't instantiate abstract class MetaxPlatform with abstract method get_attn_backend_cls"):
+        r = run([EC + "ERROR 01-01 00:00:00 [core.py:708] " + msg, ECHO])
+        assert r["cause_class"] == "config", msg
+    # near miss: another TypeError stays unknown
+    r = run([EC + "ERROR 01-01 00:00:00 [core.py:708] TypeError: can't multiply sequence by non-int of type 'float'", ECHO])
+    assert r["cause_class"] == "unknown"
