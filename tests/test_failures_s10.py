@@ -149,3 +149,36 @@ def test_abstract_class_of_a_plugin_is_a_version_mismatch():
     # near miss: another TypeError stays unknown
     r = run([EC + "ERROR 01-01 00:00:00 [core.py:708] TypeError: can't multiply sequence by non-int of type 'float'", ECHO])
     assert r["cause_class"] == "unknown"
+
+
+def test_round45_hints_name_the_class():
+    # torch's FP8 matmul refusing the device: the quantization (the checkpoint's fp8) does not run here
+    r = run(["RuntimeError: Error in model execution (input dumped to /tmp/x.pkl): torch._scaled_mm "
+             "is only supported on CUDA devices with compute capability >= 9.0 or 8.9, or ROCm MI300+", ECHO])
+    assert r["cause_class"] == "quant"
+    # torch_npu's check of an operator call with a runtime error code
+    r = run([EC + "ERROR 11-17 02:43:01 [core.py:708] RuntimeError: copy_between_host_and_device_opapi:build/CMakeFiles/"
+             "torch_npu.dir/compiler_depend.ts:56 NPU function error: SUSPECT REMOTE ERROR, error code is 507057", ECHO])
+    assert r["cause_class"] == "kernel"
+    # a package the arguments need is not installed — even one whose name holds a model word ('safetensors')
+    for mod in ("fastsafetensors", "modelscope", "pandas"):
+        r = run([EC + f"ERROR 03-18 11:27:27 [core.py:866] ModuleNotFoundError: No module named '{mod}'", ECHO])
+        assert r["cause_class"] == "config", mod
+    # near misses: kernel libraries and KV connectors keep their classes
+    for mod, cls in (("flash_attn", "kernel"), ("lmcache", "connector")):
+        r = run([EC + f"ERROR 03-18 11:27:27 [core.py:866] ModuleNotFoundError: No module named '{mod}'", ECHO])
+        assert r["cause_class"] == cls, mod
+
+
+def test_cpu_backend_autobind_lscpu_failure_is_the_launch_environment():
+    tb = [EC + "ERROR 11-05 07:33:26 [core.py:708] Traceback (most recent call last):",
+          EC + 'ERROR 11-05 07:33:26 [core.py:708]   File "/v/vllm/v1/worker/cpu_worker.py", line 49, in init_device',
+          EC + 'ERROR 11-05 07:33:26 [core.py:708]   File "/v/vllm/v1/worker/cpu_worker.py", line 116, in _get_autobind_cpu_ids',
+          EC + 'ERROR 11-05 07:33:26 [core.py:708]   File "/v/vllm/platforms/cpu.py", line 284, in get_allowed_cpu_core_node_list',
+          EC + 'ERROR 11-05 07:33:26 [core.py:708]   File "/usr/lib/python3.12/json/decoder.py", line 355, in raw_decode',
+          EC + "ERROR 11-05 07:33:26 [core.py:708] json.decoder.JSONDecodeError: Expecting value: line 6 column 18 (char 79)", ECHO]
+    r = run(tb)
+    assert r["cause_line"] == 6 and r["cause_class"] == "config"
+    # near miss: the same exception elsewhere stays unknown
+    r = run([x for x in tb if "cpu" not in x])
+    assert r["cause_class"] == "unknown"
