@@ -114,7 +114,6 @@ KNOWN_MISSES = {
     "r37_01_v066_serve_s3_runai_streamer_could_not_send_runai_request_file_access_error",
     "r37_09_v05x_feature_thread_rank0_deepseek_coder_v2_awq_pack_params_mergedcolumnparallellinear_no_weight",
     "r37_11_pr_v1_jan2026_a100_serve_qwen3_fp8_block_compressed_tensors_w8a16_unsupported_weight_strategy_block",
-    "r37_13_pr_v08x_macos_source_use_modelscope_serve_qwen15_import_modelscope_module_not_found",
     "r38_02_ascend_v0101rc1_two_nodes_deepseek_v31_w8a8_worker_hccl_transport_init_create_dest_error",
     "r38_12_qwen3_coder_480b_fp8_h20e_tp8_ep_fused_moe_triton_out_of_resource_shared_memory",
     "r38_14_gpustack_rtx4090_vllm_serve_cosyvoice_300m_could_not_determine_model_type_quoted",
@@ -229,7 +228,6 @@ KNOWN_MISSES = {
     # INFO "No platform detected" under headless frames; a worker killed by SIGKILL read as memory (the tool says not in
     # the excerpt, as r8_27); a V1→V0
     # fallback warning as the cause of a wrapper's later error
-    "r25_22_pr_v01_tp_ray_not_installed_message_root_cause_ray_data_import_no_module_pandas",
     "r26_10_ascend_910b_early_v0_ray_two_node_serving_worker_set_visible_device_invalid_device_1",
     "r26_13_pascal_pkgs_manual_install_2x_p40_serve_rolmocr_unspecified_platform_get_device_name",
     "r26_14_production_stack_helm_lmcache_v0_tp_workers_lmcache_engine_init_worker_died_exit_minus_9",
