@@ -182,3 +182,101 @@ def test_cpu_backend_autobind_lscpu_failure_is_the_launch_environment():
     # near miss: the same exception elsewhere stays unknown
     r = run([x for x in tb if "cpu" not in x])
     assert r["cause_class"] == "unknown"
+
+
+def test_python_wording_copied_by_vllm_is_no_sign_of_vllm():
+    # vllm 0.32.0 utils/humming.py raises CPython's own AttributeError wording: a bare line of it (protobuf's noise on
+    # import) is no log output of vLLM, so the traceback after it states the cause
+    noise = "AttributeError: 'MessageFactory' object has no attribute 'GetPrototype'"
+    r = run([noise, noise, "Traceback (most recent call last):",
+             '  File "/v/vllm/model_executor/model_loader/weight_utils.py", line 193, in get_quant_config',
+             "ValueError: Cannot find the config file for awq", ECHO])
+    assert r["cause_line"] == 5
+    # near miss: alone, the line is still what the paste shows
+    assert run([noise])["cause_line"] == 1
+
+
+def test_round44_entries():
+    r = run(["/srv/.venv/bin/python: Error while finding module specification for 'vllm.entrypoints.openai.api_server' "
+             "(ModuleNotFoundError: No module named 'vllm')"])
+    assert r["cause_id"] == "vllm_not_installed" and r["cause_class"] == "config"
+    # near miss: a submodule of an installed vLLM missing stays a broken install
+    r = run(["/srv/.venv/bin/python: Error while finding module specification for 'vllm.entrypoints.openai.api_server' "
+             "(ModuleNotFoundError: No module named 'vllm.entrypoints')"])
+    assert r["cause_id"] == "kernel_missing"
+    r = run([EC + "ERROR 01-12 01:44:55 [core.py:866] AssertionError: Error in memory profiling. Initial free memory "
+             "62.7452392578125 GiB, current free memory 63.12884521484375 GiB. This happens when other processes sharing "
+             "the same container release GPU memory while vLLM is profiling during initialization.", ECHO])
+    assert r["cause_id"] == "memory_profiling_free_memory_grew" and r["cause_class"] == "memory"
+    assert abs(r["numbers"]["initial_free_gib"] - 62.745) < 1e-3
+    for line in ("zsh: command not found: vllm", "vllm: command not found"):
+        r = run([line])
+        assert r["cause_id"] == "shell_command_not_found", line
+    # near miss: a sentence that merely ends the same way
+    assert run(["the tool said that the vllm: command not found"])["cause_id"] != "shell_command_not_found"
+    for msg, cls in (("RuntimeError: UVA is not available", "driver"),
+                     ("torch.AcceleratorError: CUDA error: operation not permitted", "kernel"),
+                     ("RuntimeError: Failed to find C compiler. Please specify via CC environment variable.", "kernel")):
+        r = run([EC + "ERROR 01-01 00:00:00 [core.py:708] " + msg, ECHO])
+        assert r["cause_class"] == cls, msg
+
+
+def test_extension_import_warning_explains_the_error_naming_it():
+    r = run(["WARNING 02-28 20:57:36 _core_ext.py:180] Failed to import from vllm._core_C with "
+             "ImportError('libtorch_hip.so: cannot open shared object file: No such file or directory')",
+             "Traceback (most recent call last):", '  File "/v/vllm/_core_ext.py", line 182, in <module>',
+             "RuntimeError: Tried to instantiate class '_core_C.ScalarType', but it does not exist! Ensure that it is "
+             "registered via torch::class_"])
+    assert r["cause_line"] == 1 and r["cause_class"] == "kernel"
+    # near miss: an error that does not name the extension keeps its own line
+    r = run(["WARNING 02-28 20:57:36 _core_ext.py:180] Failed to import from vllm._core_C with "
+             "ImportError('libtorch_hip.so: cannot open shared object file: No such file or directory')",
+             "Traceback (most recent call last):", '  File "/v/vllm/config.py", line 18, in <module>',
+             "RuntimeError: something else entirely failed here"])
+    assert r["cause_line"] == 4
+    # the driver's library missing stays the driver's
+    assert run(["ImportError: libcuda.so.1: cannot open shared object file: No such file or directory"])["cause_class"] == "driver"
+
+
+def test_closed_zmq_socket_and_asyncio_task_records_are_echoes():
+    task = ["Task exception was never retrieved",
+            "future: <Task finished name='Task-2' coro=<MQLLMEngineClient.run_output_handler_loop() done, defined at "
+            "/v/vllm/engine/multiprocessing/client.py:178> exception=ZMQError('Operation not supported')>",
+            "Traceback (most recent call last):",
+            '  File "/v/vllm/engine/multiprocessing/client.py", line 184, in run_output_handler_loop',
+            '  File "/v/zmq/_future.py", line 400, in poll',
+            "    raise _zmq.ZMQError(_zmq.ENOTSUP)",
+            "zmq.error.ZMQError: Operation not supported"]
+    r = run([*task, "RuntimeError: Engine process failed to start. See stack trace for the root cause."])
+    assert r["failed"] is True and r["cause_line"] is None and r["not_in_excerpt_reason"]
+    # near miss: the same error raised elsewhere (not a poll of a closed socket) is a cause
+    r = run(["Traceback (most recent call last):", '  File "/v/vllm/engine/multiprocessing/client.py", line 90, in __init__',
+             "zmq.error.ZMQError: Operation not supported", "RuntimeError: Engine process failed to start."])
+    assert r["cause_line"] == 3
+
+
+def test_resource_tracker_at_shutdown_ends_a_start():
+    r = run([EC + "INFO 05-08 00:37:15 [gpu_model_runner.py:2602] Loading model from scratch...",
+             "/x/multiprocessing/resource_tracker.py:254: UserWarning: resource_tracker: There appear to be 1 leaked "
+             "semaphore objects to clean up at shutdown"])
+    assert r["failed"] is True and r["cause_line"] is None and r["not_in_excerpt_reason"]
+    # near miss: after the server came up, the same line is its shutdown
+    r = run(["INFO:     Application startup complete.", "INFO:     Uvicorn running on http://0.0.0.0:8000",
+             "/x/multiprocessing/resource_tracker.py:254: UserWarning: resource_tracker: There appear to be 1 leaked "
+             "semaphore objects to clean up at shutdown"])
+    assert r["failed"] is False
+
+
+def test_signal_during_start_up_is_a_stopped_start():
+    tb = ["Traceback (most recent call last):",
+          '  File "/v/vllm/entrypoints/openai/api_server.py", line 1856, in <module>',
+          '  File "/v/vllm/entrypoints/openai/api_server.py", line 1775, in signal_handler',
+          '    raise KeyboardInterrupt("terminated")']
+    r = run([*tb, "KeyboardInterrupt: terminated"])
+    assert r["failed"] is True and r["cause_line"] is None
+    assert "SIGTERM" in r["not_in_excerpt_reason"] and r["died"][0]["signal"] == "SIGTERM"
+    r = run([*tb[:2], "KeyboardInterrupt"])
+    assert r["failed"] is True and r["died"][0]["signal"] == "SIGINT"
+    # near misses: after the server came up it is a shutdown; a bare KeyboardInterrupt line (no traceback) is no death
+    assert run(["INFO:     Application startup complete.", *tb, "KeyboardInterrupt: terminated"])["failed"] is False
+    assert run(["KeyboardInterrupt"])["failed"] is False

@@ -43,6 +43,8 @@ EXTRA_KEYWORDS = ("ERROR", "Error", "error:", "Exception", "Traceback", "Killed"
                   "Starting vLLM API server ", "Starting vLLM server on ",
                   # Ascend CANN's error-manager records close with where they were raised (extract/failures.py `_CANN_LOC`)
                   "[FUNC:",
+                  # a start stopped by a signal (extract/failures.py: SIGTERM / Ctrl-C during start-up)
+                  "KeyboardInterrupt",
                   "Avg prompt throughput", 'File "', "fatal signal", "See stack trace",
                   # uvicorn's own shutdown line: it was serving (extract/failures.py `_UVICORN_SHUTDOWN`)
                   "INFO:     Shutting down",
@@ -297,6 +299,10 @@ _LIBRARY_CLASS_BY_FILE = (
 
 
 STRICT_LITERALS = 24  # a harvested message with less literal text than this is matched as a whole statement
+# raises that copy CPython's own wording of a built-in error (vllm 0.32.0 utils/humming.py "{type(self).__name__} object
+# has no attribute {name}", 0.6.6.post1-0.10.2 utils/__init__.py PlaceholderModule "No module named '{module_name}'"):
+# the text says nothing about who raised it, so such a message is no sign of vLLM's own output
+_PYTHON_WORDING = frozenset({"object has no attribute", "No module named"})
 
 
 class _Harvest:
@@ -320,7 +326,7 @@ class _Harvest:
             # a message quoted or retyped without its final full stop is still that message
             lits[-1] = lits[-1].rstrip(".")
             key = max(lits, key=len)
-            if len(key) < min_key:
+            if len(key) < min_key or " ".join(x.strip(" '\".") for x in lits if x.strip(" '\".")) in _PYTHON_WORDING:
                 continue
             self.items.append((key, lits, m))
 

@@ -74,6 +74,7 @@ _NIXL_STATUS = recache.compile(r"NIXL_ERR_[A-Z_]+")
 # v1/engine/async_llm.py:173 "Added request %s."), logged at INFO by vLLM's own record head
 _REQUEST_SEEN = recache.compile(r"\bINFO\b[^\n]{0,80}?\] (?:Received request \S+: (?:prompt|params)|Added request \S+\.$)")
 _FRAME = recache.compile(r'^File "[^"]*", line \d+')
+_ZMQ_CLOSED_POLL = recache.compile(r'^File "[^"]*/zmq/_future\.py", line \d+,? in poll\b')
 # CPython names the full dotted module when its parent package imported but lacks it (importlib._bootstrap
 # _find_and_load_unlocked); vLLM's compiled extensions (vllm._C, vllm._moe_C) stay a build's failure
 _VLLM_SUBMODULE_MISSING = recache.compile(r"No module named 'vllm\.(?!_)[\w.]+'")
@@ -459,7 +460,7 @@ def _own_binary(text: str, module: str) -> bool:
 def _names_module(text: str, module: str) -> bool:
     """Whether an error names the module (``vllm._C``) or its op namespace (``'_C'``, ``_C::``)."""
     leaf = module.rsplit(".", 1)[-1]
-    return module in text or f"'{leaf}'" in text or f"{leaf}::" in text or f"ops.{leaf}." in text
+    return module in text or f"'{leaf}'" in text or f"{leaf}::" in text or f"ops.{leaf}." in text or f"'{leaf}." in text
 
 
 class _Candidate:
@@ -678,6 +679,11 @@ class StartupTracker:
             starts = [m.start(1) for m in _INLINE_EXC.finditer(body_s)]
             if starts:
                 body_s = body_s[starts[-1]:]
+        if body_s[:22] == "future: <Task finished" and level is None:
+            # asyncio's record of a task's exception nobody retrieved ("Task exception was never retrieved", then this
+            # "future: <Task finished … exception=X(…)>" and the task's traceback: CPython Lib/asyncio/tasks.py
+            # `__del__` → base_events.py default_exception_handler): the traceback after it states the exception
+            return
         proc = process_of(line)
         if self._refine_until:
             if line.number > self._refine_until or self.cause is None:
@@ -794,6 +800,12 @@ class StartupTracker:
         if em is not None and tb is not None:
             self._tb.pop(proc, None)  # the exception line closes the traceback
             if self._tb_level.pop(proc, None) == "IGNORED":
+                return
+            if body_s.endswith("ZMQError: Operation not supported") and any(_ZMQ_CLOSED_POLL.search(t) for _, t in tb):
+                # pyzmq's asyncio socket polled after it was closed (pyzmq 26.2.0 zmq/_future.py:395-400 `if self.closed:
+                # raise ZMQError(ENOTSUP)`): vLLM's engine client closing its sockets as the start is torn down
+                # (0.6.4.post1 engine/multiprocessing/client.py:178-186 run_output_handler_loop) — an echo, never a cause
+                self._add_echo(line, proc, body_s)
                 return
         if "of failed execution" in body_s:
             if body_s.startswith("Writing " + _FAILED_EXECUTION):
@@ -943,6 +955,13 @@ class StartupTracker:
         prefixed = line.rank is not None or _PID.match(line.raw) is not None
         if em and exc and not _WARNING_EXC.search(exc) and not vm and (
                 level is not None or tb is not None or prefixed or harvested_source(em.group("msg") or em.group("repr") or "") is not None):
+            if exc.endswith("KeyboardInterrupt") and tb is not None:
+                # the server stopped by a signal while it started: vLLM's API server turns SIGTERM into
+                # `KeyboardInterrupt("terminated")` (vllm 0.10.2 entrypoints/openai/api_server.py:1917-1921), Ctrl-C is
+                # SIGINT — the start did not end by itself, and what stopped it is outside the log
+                self._add_death(line, proc, {"process": proc or "the main process",
+                                             "signal": "SIGTERM" if em.group("msg") == "terminated" else "SIGINT"})
+                return
             if exc.endswith(("KeyboardInterrupt", "SystemExit", "CancelledError")):
                 # a stop, not a failure: Ctrl-C, sys.exit, an asyncio task cancelled while shutting down
                 return
@@ -1181,6 +1200,11 @@ class StartupTracker:
                 # only if it names the module. (A system library the import needs — libcuda.so.1 missing — fails
                 # the platform's detection too: what fails next is that library's failure.)
                 w = None
+            if w is not None and c is not None and c.match is None and w.line < c.line and w.match is not None \
+                    and (iw := _IMPORT_WARNING.search(w.text)) is not None and _names_module(c.text, iw.group("module")):
+                # an uncatalogued error about the extension vLLM warned it could not import ("Tried to instantiate
+                # class '_core_C.ScalarType', but it does not exist!"): the import's failure is the first cause
+                c = w
             if w is not None and (c is None and shown or c is not None and w.line < c.line and c.match is not None
                                   and w.match is not None and w.match.entry.cls == c.match.entry.cls
                                   and w.match.entry.id not in c.match.entry.explains):
@@ -1327,6 +1351,10 @@ class StartupTracker:
         if who and who != ["?"]:
             parts.append(f"Process(es) that died: {', '.join(who)}"
                          + (f" (signal {', '.join(signals)})" if signals else "") + ".")
+        if {"SIGTERM", "SIGINT"} & set(signals) and not self.echoes:
+            parts.append("The server was stopped by a signal while it started (SIGTERM: a job scheduler's time limit, "
+                         "`docker stop`, a Kubernetes probe or rollout; SIGINT: Ctrl-C): check what sent it — a start "
+                         "that takes longer than the supervisor waits (a startup / liveness probe, a job time limit).")
         if "SIGKILL" in signals or any(d.get("signal") == "Killed" for d in self.deaths):
             parts.append("A process killed by SIGKILL prints no error of its own: check the kernel log on the host "
                          "(`dmesg -T | grep -i -E 'killed process|out of memory'`, `journalctl -k`) and the "
