@@ -146,3 +146,64 @@ def test_every_line_is_echoed_while_the_analysis_spins_on_the_cpu(tmp_path):
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+def test_an_echo_cut_anywhere_by_short_writes_is_byte_exact():
+    """A read's complete lines go out beside the held partial line in one ``writev`` (no join); a
+    non-blocking stdout that takes a few KiB at a time cuts those writes anywhere — inside the held line,
+    between the two parts, inside the lines — and what comes out is still the input, in order."""
+    import fcntl
+    import threading
+
+    r, wfd = os.pipe()
+    try:
+        fcntl.fcntl(wfd, fcntl.F_SETPIPE_SZ, 4096)  # the smallest pipe: every large write is short
+    except (AttributeError, OSError):
+        pass
+    os.set_blocking(wfd, False)
+    data = (TP4 + STATS) * 3
+    got: list[bytes] = []
+    reader_t = threading.Thread(target=lambda: got.extend(iter(lambda: os.read(r, 1000), b"")), daemon=True)
+    reader_t.start()
+    try:
+        w = Watcher(Analyzer(), Emitter("json", io.StringIO()), echo=True, out_fd=wfd)
+        step = 7919  # a prime: the pieces end inside lines, each read leaves a partial line held
+        for i in range(0, len(data), step):
+            w.echo_bytes(data[i: i + step])
+        w.end_echo()
+    finally:
+        os.close(wfd)
+    reader_t.join(GUARD_S)
+    os.close(r)
+    assert b"".join(got) == data
+
+
+def test_watch_grows_its_stdin_and_stdout_pipes_and_never_shrinks_one(monkeypatch):
+    """Both pipes get a `PIPE_BYTES` buffer (a read's echo fits stdout in one write); a larger one is left be."""
+    import fcntl
+
+    if not hasattr(fcntl, "F_GETPIPE_SZ"):
+        return  # not Linux: nothing to ask for
+    grown: list[int] = []
+    real = watch_mod._grow_pipe
+    monkeypatch.setattr(watch_mod, "_grow_pipe", lambda fd: (grown.append(fd), real(fd)))
+    inp, inw = os.pipe()
+    r, out = os.pipe()
+    try:
+        os.write(inw, TP4[:5000])
+        os.close(inw)
+        code = watch_main(Analyzer(), in_fd=inp, out_fd=out, err_stream=io.StringIO(), fmt="json")
+        assert code in (ExitCode.OK, ExitCode.FINDINGS)
+        assert os.read(r, 1 << 16) == TP4[:5000]
+        assert grown == [inp, out]
+        before = fcntl.fcntl(out, fcntl.F_GETPIPE_SZ)
+        monkeypatch.setattr(watch_mod, "PIPE_BYTES", 2 * before)
+        real(out)
+        assert fcntl.fcntl(out, fcntl.F_GETPIPE_SZ) in (before, 2 * before)  # 2x, unless over the user's quota
+        monkeypatch.setattr(watch_mod, "PIPE_BYTES", 4096)
+        size = fcntl.fcntl(out, fcntl.F_GETPIPE_SZ)
+        real(out)
+        assert fcntl.fcntl(out, fcntl.F_GETPIPE_SZ) == size
+    finally:
+        for fd in (inp, r, out):
+            os.close(fd)
