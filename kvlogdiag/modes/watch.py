@@ -24,7 +24,9 @@ log has decided them. There is no second engine here — the analysis is ``analy
 
 Pass-through first, analysis beside it: each read is echoed on the reading thread, then handed to the
 analysis thread through a bounded queue (`Pipeline`), so a slow or stuck rule never delays the echo (nor
-does the GIL both threads need: `SWITCH_INTERVAL_S`, `ANALYSIS_PIECE`). An
+does the GIL both threads need: `SWITCH_INTERVAL_S`, `ANALYSIS_PIECE`; the echo copies nothing with it held —
+a read's complete lines go out beside the held partial line in one ``writev`` — and stdin's and stdout's pipes
+are grown to `PIPE_BYTES`, so a read is one write). An
 exception in the analysis is reported once and turns watch into ``cat`` (exit `ExitCode.INTERNAL_ERROR`,
 3, at the end) instead of ending the pipe; so does an analysis that falls `QUEUE_MAX_BYTES` behind a pipe.
 A signal that arrives while stdout's reader has stopped reading ends the blocked write (`_Signals`).
@@ -529,7 +531,8 @@ class Watcher:
 
     def analyse_bytes(self, data: bytes) -> None:
         """The analysis half of `take`, in pieces of at most `ANALYSIS_PIECE` bytes: the search for candidate
-        lines runs in C and holds the GIL for a whole piece, the echo on the reading thread waits that long."""
+        lines runs in C and, with the numpy or regex finder, holds the GIL for a whole piece, the echo on the
+        reading thread waits that long (ahocorasick_rs releases it while it searches)."""
         for i in range(0, len(data), ANALYSIS_PIECE):
             self._guard(self._feed_lines, partial(self.lines.feed, data[i: i + ANALYSIS_PIECE]))
 
@@ -1365,8 +1368,6 @@ class Pipeline:
 
 def run_stdin(w: Pipeline, in_fd: int, sig: _Signals) -> int:
     _grow_pipe(in_fd)
-    if w.w.echo:
-        _grow_pipe(w.w.out_fd)
     stop_at: float | None = None
     stop_sig: int | None = None
     try:
@@ -1676,6 +1677,8 @@ def watch_main(analyzer: Analyzer, *, follow: str | None = None, from_end: bool 
     ``metrics_url``: poll that Prometheus endpoint every ``metrics_interval`` s beside the log (`MetricsPoller`).
     ``follows``: several files or globs to follow, each with its own analysis (`FollowSet`).
     The thread switch interval is `SWITCH_INTERVAL_S` while it runs (`_short_switch_interval`)."""
+    if echo:
+        _grow_pipe(out_fd)
     if follows and (len(follows) > 1 or is_glob(follows[0])):
         return _watch_many(analyzer, follows, from_end, echo, fmt, repeat_after, out_fd, err_stream, hard_exit)
     if follows:
