@@ -4,7 +4,9 @@ Issue 18 item 1 and issue 17's watch target: the echo runs on the reading thread
 own thread; both are Python threads, so what couples them is the GIL. These tests pin the three things
 that keep the echo's share of it small (`kvlogdiag.modes.watch`): the analysis searches at most
 `ANALYSIS_PIECE` bytes in one C call, the thread switch interval is short while watch runs, and an
-analysis that never gives up the CPU (a rule stuck in a Python loop) still lets every line through. The
+analysis that never gives up the CPU (a rule stuck in a Python loop) still lets every line through. The echo
+copies nothing on the reading thread (the held partial line and a read's lines in one ``writev``, byte-exact
+however short writes cut it) and stdin's and stdout's pipes are grown, never shrunk. The
 figures and findings stay analyze's (the numpy finder of a live stream finds the regex's lines). Nothing
 here is timed: the echo test waits for each line with a hang guard only, and the analysis spins until the
 test has seen every line come back (an echo that waited for it would never come: the guard fails the test).
@@ -18,8 +20,10 @@ import os
 import select
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
+import pytest
 from conftest import SAMPLE_LOGS_DIR
 
 import kvlogdiag.modes.watch as watch_mod
@@ -152,8 +156,7 @@ def test_an_echo_cut_anywhere_by_short_writes_is_byte_exact():
     """A read's complete lines go out beside the held partial line in one ``writev`` (no join); a
     non-blocking stdout that takes a few KiB at a time cuts those writes anywhere — inside the held line,
     between the two parts, inside the lines — and what comes out is still the input, in order."""
-    import fcntl
-    import threading
+    import fcntl  # POSIX only, as watch's loops
 
     r, wfd = os.pipe()
     try:
@@ -180,10 +183,10 @@ def test_an_echo_cut_anywhere_by_short_writes_is_byte_exact():
 
 def test_watch_grows_its_stdin_and_stdout_pipes_and_never_shrinks_one(monkeypatch):
     """Both pipes get a `PIPE_BYTES` buffer (a read's echo fits stdout in one write); a larger one is left be."""
-    import fcntl
+    import fcntl  # POSIX only, as watch's loops
 
     if not hasattr(fcntl, "F_GETPIPE_SZ"):
-        return  # not Linux: nothing to ask for
+        pytest.skip("no F_GETPIPE_SZ (not Linux): watch asks for nothing")
     grown: list[int] = []
     real = watch_mod._grow_pipe
     monkeypatch.setattr(watch_mod, "_grow_pipe", lambda fd: (grown.append(fd), real(fd)))
