@@ -4,7 +4,9 @@ Issue 18 item 1 and issue 17's watch target: the echo runs on the reading thread
 own thread; both are Python threads, so what couples them is the GIL. These tests pin the three things
 that keep the echo's share of it small (`kvlogdiag.modes.watch`): the analysis searches at most
 `ANALYSIS_PIECE` bytes in one C call, the thread switch interval is short while watch runs, and an
-analysis that never gives up the CPU (a rule stuck in a Python loop) still lets every line through. The
+analysis that never gives up the CPU (a rule stuck in a Python loop) still lets every line through. The echo
+copies nothing on the reading thread (the held partial line and a read's lines in one ``writev``, byte-exact
+however short writes cut it) and stdin's and stdout's pipes are grown, never shrunk. The
 figures and findings stay analyze's (the numpy finder of a live stream finds the regex's lines). Nothing
 here is timed: the echo test waits for each line with a hang guard only, and the analysis spins until the
 test has seen every line come back (an echo that waited for it would never come: the guard fails the test).
@@ -18,8 +20,10 @@ import os
 import select
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
+import pytest
 from conftest import SAMPLE_LOGS_DIR
 
 import kvlogdiag.modes.watch as watch_mod
@@ -146,3 +150,63 @@ def test_every_line_is_echoed_while_the_analysis_spins_on_the_cpu(tmp_path):
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+def test_an_echo_cut_anywhere_by_short_writes_is_byte_exact():
+    """A read's complete lines go out beside the held partial line in one ``writev`` (no join); a
+    non-blocking stdout that takes a few KiB at a time cuts those writes anywhere — inside the held line,
+    between the two parts, inside the lines — and what comes out is still the input, in order."""
+    import fcntl  # POSIX only, as watch's loops
+
+    r, wfd = os.pipe()
+    try:
+        fcntl.fcntl(wfd, fcntl.F_SETPIPE_SZ, 4096)  # the smallest pipe: every large write is short
+    except (AttributeError, OSError):
+        pass
+    os.set_blocking(wfd, False)
+    data = (TP4 + STATS) * 3
+    got: list[bytes] = []
+    reader_t = threading.Thread(target=lambda: got.extend(iter(lambda: os.read(r, 1000), b"")), daemon=True)
+    reader_t.start()
+    try:
+        w = Watcher(Analyzer(), Emitter("json", io.StringIO()), echo=True, out_fd=wfd)
+        step = 7919  # a prime: the pieces end inside lines, each read leaves a partial line held
+        for i in range(0, len(data), step):
+            w.echo_bytes(data[i: i + step])
+        w.end_echo()
+    finally:
+        os.close(wfd)
+    reader_t.join(GUARD_S)
+    os.close(r)
+    assert b"".join(got) == data
+
+
+def test_watch_grows_its_stdin_and_stdout_pipes_and_never_shrinks_one(monkeypatch):
+    """Both pipes get a `PIPE_BYTES` buffer (a read's echo fits stdout in one write); a larger one is left be."""
+    import fcntl  # POSIX only, as watch's loops
+
+    if not hasattr(fcntl, "F_GETPIPE_SZ"):
+        pytest.skip("no F_GETPIPE_SZ (not Linux): watch asks for nothing")
+    grown: list[int] = []
+    real = watch_mod._grow_pipe
+    monkeypatch.setattr(watch_mod, "_grow_pipe", lambda fd: (grown.append(fd), real(fd)))
+    inp, inw = os.pipe()
+    r, out = os.pipe()
+    try:
+        os.write(inw, TP4[:5000])
+        os.close(inw)
+        code = watch_main(Analyzer(), in_fd=inp, out_fd=out, err_stream=io.StringIO(), fmt="json")
+        assert code in (ExitCode.OK, ExitCode.FINDINGS)
+        assert os.read(r, 1 << 16) == TP4[:5000]
+        assert sorted(grown) == sorted([inp, out])
+        before = fcntl.fcntl(out, fcntl.F_GETPIPE_SZ)
+        monkeypatch.setattr(watch_mod, "PIPE_BYTES", 2 * before)
+        real(out)
+        assert fcntl.fcntl(out, fcntl.F_GETPIPE_SZ) in (before, 2 * before)  # 2x, unless over the user's quota
+        monkeypatch.setattr(watch_mod, "PIPE_BYTES", 4096)
+        size = fcntl.fcntl(out, fcntl.F_GETPIPE_SZ)
+        real(out)
+        assert fcntl.fcntl(out, fcntl.F_GETPIPE_SZ) == size
+    finally:
+        for fd in (inp, r, out):
+            os.close(fd)

@@ -24,7 +24,9 @@ log has decided them. There is no second engine here — the analysis is ``analy
 
 Pass-through first, analysis beside it: each read is echoed on the reading thread, then handed to the
 analysis thread through a bounded queue (`Pipeline`), so a slow or stuck rule never delays the echo (nor
-does the GIL both threads need: `SWITCH_INTERVAL_S`, `ANALYSIS_PIECE`). An
+does the GIL both threads need: `SWITCH_INTERVAL_S`, `ANALYSIS_PIECE`; the echo copies nothing with it held —
+a read's complete lines go out beside the held partial line in one ``writev`` — and stdin's and stdout's pipes
+are grown to `PIPE_BYTES`, so a read is one write). An
 exception in the analysis is reported once and turns watch into ``cat`` (exit `ExitCode.INTERNAL_ERROR`,
 3, at the end) instead of ending the pipe; so does an analysis that falls `QUEUE_MAX_BYTES` behind a pipe.
 A signal that arrives while stdout's reader has stopped reading ends the blocked write (`_Signals`).
@@ -529,7 +531,8 @@ class Watcher:
 
     def analyse_bytes(self, data: bytes) -> None:
         """The analysis half of `take`, in pieces of at most `ANALYSIS_PIECE` bytes: the search for candidate
-        lines runs in C and holds the GIL for a whole piece, the echo on the reading thread waits that long."""
+        lines runs in C and, with the numpy or regex finder, holds the GIL for a whole piece, the echo on the
+        reading thread waits that long (ahocorasick_rs releases it while it searches)."""
         for i in range(0, len(data), ANALYSIS_PIECE):
             self._guard(self._feed_lines, partial(self.lines.feed, data[i: i + ANALYSIS_PIECE]))
 
@@ -688,12 +691,13 @@ class Watcher:
                 tail = b""
             self.echo_tail = tail
             return
+        # the held partial line and the read's complete lines go out as they are, in one writev: joining them
+        # copied the whole read (~1 MiB) on this thread first, with the GIL held, and cost a third of the echo
+        lines = data if cut + 1 == len(data) else memoryview(data)[: cut + 1]
         if tail:
-            self._write(tail + data[: cut + 1])
-        elif cut + 1 == len(data):
-            self._write(data)
+            self._write(tail, lines)
         else:
-            self._write(memoryview(data)[: cut + 1])
+            self._write(lines)
         self.echo_tail = data[cut + 1:]
 
     def flush_partial_echo(self) -> None:
@@ -701,25 +705,26 @@ class Watcher:
             tail, self.echo_tail = self.echo_tail, b""
             self._write(tail)
 
-    def _write(self, data) -> None:
+    def _write(self, *parts: bytes | memoryview) -> None:
         sw = self.echo_switch
         if sw is not None and sw.current is not self:
             sw.current = None  # a header cut by an error is written again next time
             self._write_raw(f"{'' if sw.first else chr(10)}==> {self.source} <==\n".encode("utf-8", "replace"))
             sw.current, sw.first = self, False
-        self._write_raw(data)
+        self._write_raw(*parts)
 
-    def _write_raw(self, data) -> None:
+    def _write_raw(self, *parts: bytes | memoryview) -> None:
+        """Write ``parts`` to stdout in order, whole (one ``os.writev`` for several, then what is left)."""
         fd = self.out_fd
-        view = memoryview(data)
+        views = [memoryview(p) for p in parts if len(p)]
         sig = self.signals
-        while view:
+        while views:
             try:
                 # `writing` brackets only the system call: a signal that interrupts a write blocked on a
                 # stalled reader raises StdoutStalled out of it (see _Signals), no other code is cut short
                 if sig is not None:
                     sig.writing = True
-                n = os.write(fd, view)
+                n = os.write(fd, views[0]) if len(views) == 1 else os.writev(fd, views)
                 if sig is not None:
                     sig.writing = False
             except BrokenPipeError:
@@ -734,7 +739,10 @@ class Watcher:
             finally:
                 if sig is not None:
                     sig.writing = False
-            view = view[n:]
+            while n and n >= len(views[0]):
+                n -= len(views.pop(0))
+            if n:
+                views[0] = views[0][n:]
 
     def stop_echo(self) -> None:
         """stdout is stalled and a signal asked to stop: nothing more is written there."""
@@ -1110,13 +1118,21 @@ def _signal_exit(signum: int) -> tuple[str, int]:
     return "sigterm", int(ExitCode.TERMINATED)
 
 
+PIPE_BYTES = 1 << 20  # the pipe buffer asked for on stdin and stdout (Linux's default limit for a user)
+
+
 def _grow_pipe(fd: int) -> None:
-    """Ask Linux for a 1 MiB pipe buffer (fewer, larger reads); harmless where unsupported."""
+    """Ask Linux for a `PIPE_BYTES` buffer on the pipe ``fd`` (never a smaller one); harmless where unsupported
+    (not a pipe, not Linux, over the user's pipe quota).
+
+    On stdin: fewer, larger reads. On stdout: a read's echo (up to `READ_BYTES`) fits the pipe in one go —
+    in the default 64 KiB pipe each write waited for the reader to empty it ~16 times."""
     try:
         import fcntl
 
-        fcntl.fcntl(fd, 1031, 1 << 20)  # F_SETPIPE_SZ
-    except (ImportError, OSError, ValueError):
+        if fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ) < PIPE_BYTES:
+            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    except (ImportError, AttributeError, OSError, ValueError):  # AttributeError: no F_*PIPE_SZ (not Linux)
         pass
 
 
@@ -1661,6 +1677,8 @@ def watch_main(analyzer: Analyzer, *, follow: str | None = None, from_end: bool 
     ``metrics_url``: poll that Prometheus endpoint every ``metrics_interval`` s beside the log (`MetricsPoller`).
     ``follows``: several files or globs to follow, each with its own analysis (`FollowSet`).
     The thread switch interval is `SWITCH_INTERVAL_S` while it runs (`_short_switch_interval`)."""
+    if echo:
+        _grow_pipe(out_fd)
     if follows and (len(follows) > 1 or is_glob(follows[0])):
         return _watch_many(analyzer, follows, from_end, echo, fmt, repeat_after, out_fd, err_stream, hard_exit)
     if follows:
