@@ -31,7 +31,9 @@ def run(lines: list[str], keep: list[bytes] | None = None) -> dict:
      "shared object file: No such file or directory", "kernel"),
     # ... while the runtime's own libraries stay driver
     ("ImportError: libcudart.so.12: cannot open shared object file: No such file or directory", "driver"),
-    ("ImportError: libtorch_npu.so: cannot open shared object file: No such file or directory", "driver"),
+    # torch's own libraries are no driver's (session 10): a torch backend build missing or of another platform
+    ("ImportError: libtorch_npu.so: cannot open shared object file: No such file or directory", "kernel"),
+    ("ImportError: libtorch_hip.so: cannot open shared object file: No such file or directory", "kernel"),
     # ENOMEM mapping a checkpoint: host memory, not the model's files
     ("RuntimeError: unable to mmap 16933256392 bytes from file </m/model.safetensors>: Cannot allocate memory (12)", "memory"),
     ("OSError: [Errno 12] Cannot allocate memory", "memory"),
