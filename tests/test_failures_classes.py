@@ -49,11 +49,13 @@ def run(lines: list[str], keep: list[bytes] | None = None) -> dict:
     ("TypeError: Qwen2_5_VLProcessor.__init__() got multiple values for argument 'image_processor'", "model"),
     # a dependency's submodule missing (its parent imported): another version of the package
     ("ModuleNotFoundError: No module named 'outlines.fsm'", "config"),
-    # ... while vLLM's own modules, kernel libraries and connectors keep their classes, and a missing parent says nothing
+    # ... while vLLM's own modules, kernel libraries and connectors keep their classes; a top-level package not installed
+    # at all is the launch environment's (session 10: every hand-read log with one was labeled config — pydantic,
+    # modelscope, fastsafetensors)
     ("ModuleNotFoundError: No module named 'vllm.entrypoints'", "kernel"),
     ("ModuleNotFoundError: No module named 'aiter.jit.module_aiter_core'", "kernel"),
     ("ModuleNotFoundError: No module named 'lmcache.experimental'", "connector"),
-    ("ModuleNotFoundError: No module named 'outlines'", "unknown"),
+    ("ModuleNotFoundError: No module named 'outlines'", "config"),
     # a kernel library refusing this GPU generation: kernel ("not built for this device"), not the model's architecture
     ("RuntimeError: FlashAttention only supports Ampere GPUs or newer.", "kernel"),
     # EACCES on a path of the launch environment: config; on a model file: the model's
