@@ -4,7 +4,7 @@ A small ``analyze`` compiles several hundred regular expressions (the line catal
 catalogue, the prefilter's alternation of ~300 keywords, the envelope and redaction patterns): ~70 ms of
 CPU, a third of the start-up, because `re` parses and compiles every pattern in Python. The result of
 that work is a list of integers (the SRE program) that depends only on the pattern, its flags and the
-Python build. `compile` keeps that program by pattern text in ``re-cache-v2.marshal`` next to the parsed-TOML
+Python build. `compile` keeps that program by pattern text in ``re-cache-v3.marshal`` next to the parsed-TOML
 cache (`kvlogdiag.tomlcache.cache_dir`) and, on the next run, builds the pattern object from it directly
 (``_sre.compile``, what `re` itself calls last): the same object `re.compile` gives — equal to it, program
 included (``Pattern.__eq__`` compares the programs) — for a fraction of the cost.
@@ -14,7 +14,8 @@ from it equals what `re.compile` returns; the file is tied to the exact interpre
 magic, code size, byte order), so another Python ignores it; any problem reading, parsing or writing it
 (read-only home, a corrupt or foreign file, an interpreter without ``_sre``) falls back to `re.compile`
 silently. The file is `marshal` data (read in ~0.5 ms where its JSON took ~2.7 ms, docs/performance.md
-"Session 8 (2)"); since `marshal` is not meant for untrusted bytes, it is read only when it is a regular file
+"Session 8 (2)") holding each program as the raw bytes of its code words (v2 held them as base64 text, a JSON
+leftover whose decoding was ~2 ms of a small analyze's ~250 patterns: "Session 10"); since `marshal` is not meant for untrusted bytes, it is read only when it is a regular file
 owned by this user and not larger than `MAX_CACHE_BYTES`, and what it holds is checked entry by entry. ``KVLOGDIAG_CACHE_DIR=off`` disables it. New programs are written once, when the process exits;
 what that process used is kept newest, and a file grown past `SOFT_BYTES` (every start reads all of it) keeps
 only that. `derived` keeps small JSON values worked out from such patterns the same way.
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import array
 import atexit
-import binascii
 import json
 import marshal
 import os
@@ -47,7 +47,7 @@ except (ImportError, AttributeError):  # pragma: no cover - not CPython
     _sre = None  # type: ignore[assignment]
     _TYPECODE = None
 
-FILE_NAME = "re-cache-v2.marshal"
+FILE_NAME = "re-cache-v3.marshal"
 MARSHAL_VERSION = 4  # fixed, not marshal.version: the same bytes from every Python that reads them
 MAX_ENTRIES = 4096
 MAX_CACHE_BYTES = 32 << 20
@@ -55,7 +55,7 @@ SOFT_BYTES = 2 << 20  # ~5 ms to read at each start
 TAG = (f"{sys.implementation.name} {sys.version} sre {getattr(_sre, 'MAGIC', None)}/{getattr(_sre, 'CODESIZE', None)} "
        f"{sys.byteorder}")
 
-# (kind, pattern text, flags) → [flags, program (base64), groups, groupindex, indexgroup]; kind "s" (str) or "b" (bytes,
+# (kind, pattern text, flags) → [flags, program (bytes of its code words), groups, groupindex, indexgroup]; kind "s" (str) or "b" (bytes,
 # held as latin-1 text); kind "d:NAME" holds a `derived` value (flags 0) as [value]
 _disk: dict[tuple[str, str, int], list] | None = None
 _new: dict[tuple[str, str, int], list] = {}
@@ -100,8 +100,8 @@ def _trusted(st: os.stat_result) -> bool:
 
 
 def _build(pattern: AnyStr, entry: list) -> re.Pattern[AnyStr]:
-    flags, code_b64, groups, groupindex, indexgroup = entry
-    code = array.array(_TYPECODE or "I", binascii.a2b_base64(code_b64)).tolist()
+    flags, code_bytes, groups, groupindex, indexgroup = entry
+    code = array.array(_TYPECODE or "I", code_bytes).tolist()
     return _sre.compile(pattern, flags, code, groups, dict(groupindex), tuple(indexgroup))
 
 
@@ -113,8 +113,7 @@ def _program(pattern: AnyStr, flags: int) -> list:
     indexgroup: list[Any] = [None] * parsed.state.groups
     for k, i in groupindex.items():
         indexgroup[i] = k
-    return [flags | parsed.state.flags, binascii.b2a_base64(array.array(_TYPECODE or "I", code).tobytes(), newline=False).decode(), parsed.state.groups - 1,
-            groupindex, indexgroup]
+    return [flags | parsed.state.flags, array.array(_TYPECODE or "I", code).tobytes(), parsed.state.groups - 1, groupindex, indexgroup]
 
 
 def compile(pattern: AnyStr, flags: int | re.RegexFlag = 0) -> re.Pattern[AnyStr]:  # noqa: A001 - re.compile's name

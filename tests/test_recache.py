@@ -89,11 +89,13 @@ def test_off_unwritable_corrupt_or_foreign_cache_falls_back_to_re_compile(tmp_pa
 
     target = tmp_path / "c" / recache.FILE_NAME
     target.parent.mkdir()
-    good = marshal.dumps({"tag": recache.TAG, "entries": [["s", pattern, 0, [0, "!!!", 1, {}, [None]]], [1, 2], "x"]})
+    good = marshal.dumps({"tag": recache.TAG, "entries": [["s", pattern, 0, [0, b"!!!", 1, {}, [None]]], [1, 2], "x"]})
     for junk in (b"{not marshal", b"", good[: len(good) // 2],  # corrupt, empty, truncated
                  json.dumps({"tag": recache.TAG, "entries": []}).encode(),  # the old JSON format
-                 marshal.dumps({"tag": "another python", "entries": [["s", pattern, 0, [0, "AAAA", 0, {}, []]]]}),
-                 marshal.dumps([1, 2]), good):
+                 marshal.dumps({"tag": "another python", "entries": [["s", pattern, 0, [0, b"\0\0\0\0", 0, {}, []]]]}),
+                 marshal.dumps([1, 2]), good,
+                 # a v2 entry (its program as base64 text) under this interpreter's tag
+                 marshal.dumps({"tag": recache.TAG, "entries": [["s", pattern, 0, [0, "AQAAAA==", 1, {}, [None]]]]})):
         target.write_bytes(junk)
         _fresh(monkeypatch, tmp_path / "c")
         assert _same(recache.compile(pattern), re.compile(pattern))
