@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import array
 import atexit
-import json
+import contextlib
 import marshal
 import os
 import re
 import stat
 import sys
-from typing import Any, AnyStr, Callable
+from typing import Any, AnyStr, Callable, Iterator
 
 try:
     import _sre
@@ -46,6 +46,8 @@ try:
 except (ImportError, AttributeError):  # pragma: no cover - not CPython
     _sre = None  # type: ignore[assignment]
     _TYPECODE = None
+
+_re_compile = re.compile  # the real one, also while `serving` stands in for it
 
 FILE_NAME = "re-cache-v3.marshal"
 MARSHAL_VERSION = 4  # fixed, not marshal.version: the same bytes from every Python that reads them
@@ -120,13 +122,13 @@ def compile(pattern: AnyStr, flags: int | re.RegexFlag = 0) -> re.Pattern[AnyStr
     """`re.compile(pattern, flags)`, built from the cached program when this exact pattern was compiled before."""
     flags = int(flags)
     if _TYPECODE is None or flags & re.DEBUG:
-        return re.compile(pattern, flags)
+        return _re_compile(pattern, flags)
     if isinstance(pattern, str):
         key = ("s", pattern, flags)
     elif isinstance(pattern, bytes):
         key = ("b", pattern.decode("latin-1"), flags)
     else:
-        return re.compile(pattern, flags)
+        return _re_compile(pattern, flags)
     done = _memo.get(key)
     if done is not None:
         return done
@@ -138,7 +140,7 @@ def compile(pattern: AnyStr, flags: int | re.RegexFlag = 0) -> re.Pattern[AnyStr
             return done
         except Exception:  # noqa: BLE001 - a foreign or damaged entry: compile it the ordinary way
             pass
-    compiled = _memo[key] = re.compile(pattern, flags)
+    compiled = _memo[key] = _re_compile(pattern, flags)
     if _cache_file() is None:
         return compiled
     try:
@@ -150,6 +152,41 @@ def compile(pattern: AnyStr, flags: int | re.RegexFlag = 0) -> re.Pattern[AnyStr
     if ok:
         _remember(key, program)
     return compiled
+
+
+@contextlib.contextmanager
+def serving() -> Iterator[None]:
+    """While the block runs, ``re.compile`` is `compile`: for importing another package whose module-level
+    patterns would otherwise be compiled by `re` at every start: the standard library's and click's under the
+    CLI's import (`kvlogdiag.cli.entry`), tabulate's and textwrap's (`kvlogdiag.render.tables`), ~2.5 ms of a
+    small text analyze (docs/performance.md, "Session 10"). Only while one thread runs (another one would get
+    these objects too). ``re.compile`` is the real function again when the block ends, however it ends. The
+    patterns built are equal to what `re` would have built (see the module text), but are not in `re`'s own
+    cache (a later ``re.match`` of the same text compiles it there)."""
+    if _TYPECODE is None or re.compile is not _re_compile:  # not CPython, or someone else's stand-in: leave it
+        yield
+        return
+    _load()  # first: reading the file imports modules (kvlogdiag.tomlcache, json) that compile patterns themselves
+    re.compile = _serve  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        re.compile = _re_compile
+
+
+_serving_one = False
+
+
+def _serve(pattern: AnyStr, flags: int | re.RegexFlag = 0) -> re.Pattern[AnyStr]:
+    """`compile` as ``re.compile`` (`serving`); a pattern compiled by what `compile` itself runs goes to `re`."""
+    global _serving_one
+    if _serving_one:
+        return _re_compile(pattern, flags)
+    _serving_one = True
+    try:
+        return compile(pattern, flags)
+    finally:
+        _serving_one = False
 
 
 def _remember(key: tuple[str, str, int], payload: list) -> None:
@@ -197,6 +234,8 @@ def derived(name: str, key: str, compute: Callable[[], Any], check: Callable[[An
             pass
     value = compute()
     if _TYPECODE and _cache_file() is not None:
+        import json  # here: imported before the CLI (kvlogdiag.cli.entry), json's own patterns come from this cache
+
         try:
             if json.loads(json.dumps(value)) == value:
                 _remember(k, [value])

@@ -192,3 +192,39 @@ def test_a_file_grown_past_its_budget_keeps_what_the_last_run_used(tmp_path, mon
     recache.flush()
     doc = marshal.loads((tmp_path / "c" / recache.FILE_NAME).read_bytes())
     assert [e[1] for e in doc["entries"]] == ["b+", "d+"]
+
+
+def test_serving_gives_re_compile_the_cached_programs_and_gives_it_back(tmp_path, monkeypatch):
+    """`recache.serving` (the CLI's import, tabulate's): re.compile is `recache.compile` inside the block only."""
+    _fresh(monkeypatch, tmp_path / "c")
+    real = re.compile
+    patterns = [(r"(?P<w>\w+)\s+#.*$", re.M), (rb"\r|\n", 0), (r"""(?x) a  # comment
+                 b""", 0)]
+    with recache.serving():
+        assert re.compile is not real
+        got = [re.compile(p, f) for p, f in patterns]
+        assert re.compile(got[0]) is got[0]  # a compiled pattern given back, as by re
+    assert re.compile is real
+    re.purge()
+    assert all(_same(g, re.compile(p, f)) for g, (p, f) in zip(got, patterns))
+    recache.flush()
+    _fresh(monkeypatch, tmp_path / "c")
+    parsed = []
+    real_parse = recache._sre_parse.parse
+    monkeypatch.setattr(recache._sre_parse, "parse", lambda *a: parsed.append(a) or real_parse(*a))
+    with pytest.raises(ZeroDivisionError):
+        with recache.serving():
+            again = [re.compile(p, f) for p, f in patterns]
+            1 / 0
+    assert re.compile is real  # however the block ends
+    assert parsed == [] and all(_same(a, g) for a, g in zip(again, got))  # the second run: from the file
+
+
+def test_serving_leaves_a_replaced_re_compile_alone(monkeypatch):
+    def other(pattern, flags=0):
+        return ("other", pattern)
+
+    monkeypatch.setattr(re, "compile", other)
+    with recache.serving():
+        assert re.compile is other and re.compile("x") == ("other", "x")
+    assert re.compile is other
