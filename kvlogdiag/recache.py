@@ -159,12 +159,13 @@ def serving() -> Iterator[None]:
     """While the block runs, ``re.compile`` is `compile`: for importing another package whose module-level
     patterns would otherwise be compiled by `re` at every start: the standard library's and click's under the
     CLI's import (`kvlogdiag.cli.entry`), tabulate's and textwrap's (`kvlogdiag.render.tables`), ~2.5 ms of a
-    small text analyze (docs/performance.md, "Session 10"). Only while one thread runs (another one would get
-    these objects too). ``re.compile`` is the real function again when the block ends, however it ends. The
+    small text analyze (docs/performance.md, "Session 10"). Only while one thread runs (with another one
+    running it is plain ``re.compile``). ``re.compile`` is the real function again when the block ends, however it ends. The
     patterns built are equal to what `re` would have built (see the module text), but are not in `re`'s own
     cache (a later ``re.match`` of the same text compiles it there)."""
-    if _TYPECODE is None or re.compile is not _re_compile:  # not CPython, or someone else's stand-in: leave it
-        yield
+    threads = sys.modules.get("threading")  # not imported yet: no other thread either
+    if _TYPECODE is None or re.compile is not _re_compile or (threads is not None and threads.active_count() > 1):
+        yield  # not CPython, someone else's stand-in, or another thread that would get recache's objects too
         return
     _load()  # first: reading the file imports modules (kvlogdiag.tomlcache, json) that compile patterns themselves
     re.compile = _serve  # type: ignore[assignment]

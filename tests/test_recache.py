@@ -212,10 +212,10 @@ def test_serving_gives_re_compile_the_cached_programs_and_gives_it_back(tmp_path
     parsed = []
     real_parse = recache._sre_parse.parse
     monkeypatch.setattr(recache._sre_parse, "parse", lambda *a: parsed.append(a) or real_parse(*a))
-    with pytest.raises(ZeroDivisionError):
+    with pytest.raises(LookupError):
         with recache.serving():
             again = [re.compile(p, f) for p, f in patterns]
-            1 / 0
+            raise LookupError("the block fails")
     assert re.compile is real  # however the block ends
     assert parsed == [] and all(_same(a, g) for a, g in zip(again, got))  # the second run: from the file
 
@@ -228,3 +228,17 @@ def test_serving_leaves_a_replaced_re_compile_alone(monkeypatch):
     with recache.serving():
         assert re.compile is other and re.compile("x") == ("other", "x")
     assert re.compile is other
+
+
+def test_serving_is_plain_re_compile_while_another_thread_runs():
+    import threading
+
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait)
+    t.start()
+    try:
+        with recache.serving():
+            assert re.compile is recache._re_compile
+    finally:
+        stop.set()
+        t.join()
