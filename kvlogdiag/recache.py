@@ -15,8 +15,8 @@ magic, code size, byte order), so another Python ignores it; any problem reading
 (read-only home, a corrupt or foreign file, an interpreter without ``_sre``) falls back to `re.compile`
 silently. The file is `marshal` data (read in ~0.5 ms where its JSON took ~2.7 ms, docs/performance.md
 "Session 8 (2)") holding each program as the raw bytes of its code words (v2 held them as base64 text, a JSON
-leftover whose decoding was ~2 ms of a small analyze's ~250 patterns: "Session 10"); since `marshal` is not meant for untrusted bytes, it is read only when it is a regular file
-owned by this user and not larger than `MAX_CACHE_BYTES`, and what it holds is checked entry by entry. ``KVLOGDIAG_CACHE_DIR=off`` disables it. New programs are written once, when the process exits;
+leftover whose decoding was ~2 ms of a small analyze's ~250 patterns: "Session 10"); since `marshal` is not
+meant for untrusted bytes, it is read only when it is a regular file owned by this user and not larger than `MAX_CACHE_BYTES`, and what it holds is checked entry by entry. ``KVLOGDIAG_CACHE_DIR=off`` disables it. New programs are written once, when the process exits;
 what that process used is kept newest, and a file grown past `SOFT_BYTES` (every start reads all of it) keeps
 only that. `derived` keeps small JSON values worked out from such patterns the same way.
 """
@@ -57,8 +57,8 @@ SOFT_BYTES = 2 << 20  # ~5 ms to read at each start
 TAG = (f"{sys.implementation.name} {sys.version} sre {getattr(_sre, 'MAGIC', None)}/{getattr(_sre, 'CODESIZE', None)} "
        f"{sys.byteorder}")
 
-# (kind, pattern text, flags) → [flags, program (bytes of its code words), groups, groupindex, indexgroup]; kind "s" (str) or "b" (bytes,
-# held as latin-1 text); kind "d:NAME" holds a `derived` value (flags 0) as [value]
+# (kind, pattern text, flags) → [flags, program (the bytes of its code words), groups, groupindex, indexgroup]; kind
+# "s" (str) or "b" (bytes, held as latin-1 text); kind "d:NAME" holds a `derived` value (flags 0) as [value]
 _disk: dict[tuple[str, str, int], list] | None = None
 _new: dict[tuple[str, str, int], list] = {}
 _used: set[tuple[str, str, int]] = set()  # entries of the file this process used
@@ -156,13 +156,14 @@ def compile(pattern: AnyStr, flags: int | re.RegexFlag = 0) -> re.Pattern[AnyStr
 
 @contextlib.contextmanager
 def serving() -> Iterator[None]:
-    """While the block runs, ``re.compile`` is `compile`: for importing another package whose module-level
-    patterns would otherwise be compiled by `re` at every start: the standard library's and click's under the
-    CLI's import (`kvlogdiag.cli.entry`), tabulate's and textwrap's (`kvlogdiag.render.tables`), ~2.5 ms of a
-    small text analyze (docs/performance.md, "Session 10"). Only while one thread runs (with another one
-    running it is plain ``re.compile``). ``re.compile`` is the real function again when the block ends, however it ends. The
-    patterns built are equal to what `re` would have built (see the module text), but are not in `re`'s own
-    cache (a later ``re.match`` of the same text compiles it there)."""
+    """While the block runs, ``re.compile`` is `compile`: for importing modules whose module-level patterns
+    would otherwise be compiled by `re` at every start — the standard library's and click's under the CLI's
+    import (`kvlogdiag.cli.entry`), tabulate's and textwrap's (`kvlogdiag.render.tables`), rich's
+    (`kvlogdiag.render.colour`): ~2.5 ms of a small text analyze (docs/performance.md, "Session 10"). The
+    objects are equal to what `re` builds (see the module text) but are not in `re`'s own cache (a later
+    ``re.match`` of the same text compiles it there). Plain ``re.compile`` while another thread runs (it
+    would get these objects too) or when someone else replaced it; the real function again when the block
+    ends, however it ends."""
     threads = sys.modules.get("threading")  # not imported yet: no other thread either
     if _TYPECODE is None or re.compile is not _re_compile or (threads is not None and threads.active_count() > 1):
         yield  # not CPython, someone else's stand-in, or another thread that would get recache's objects too
@@ -235,7 +236,7 @@ def derived(name: str, key: str, compute: Callable[[], Any], check: Callable[[An
             pass
     value = compute()
     if _TYPECODE and _cache_file() is not None:
-        import json  # here: imported before the CLI (kvlogdiag.cli.entry), json's own patterns come from this cache
+        import json  # here: this module is imported before the CLI (cli/entry.py), whose json import is then served
 
         try:
             if json.loads(json.dumps(value)) == value:
