@@ -1,5 +1,6 @@
 """What a small ``analyze`` imports and builds at start-up (issue 17 item 2, session 7): no
-`importlib.metadata` (tabulate's version lookup), no `difflib` (only for "did you mean"), no `html` for JSON, and every
+`importlib.metadata` (tabulate's version lookup), no `difflib` (only for "did you mean"), no `html` (session 10: not
+for text either, tabulate gets a stand-in), no `gzip` for a plain-text log, and every
 dataclass on its path has a docstring of its own (else Python < 3.13 runs `inspect.signature` to
 write one: ~0.2 ms of CPU per class). CPU time itself is measured in bench/, never here."""
 
@@ -45,8 +46,8 @@ def test_small_analyze_imports_no_metadata_machinery(fmt: str) -> None:
     for unneeded in ("importlib.metadata", "email.message", "difflib", "csv"):
         assert unneeded not in mods, unneeded
     assert ("tabulate" in mods) == (fmt == "text")
-    if fmt == "json":
-        assert "html" not in mods  # Markdown escaping only (tabulate imports it for text)
+    assert "html" not in mods  # Markdown escaping only (tabulate's escape for HTML tables imports it on first use)
+    assert "gzip" not in mods  # a plain-text log (a gzip one imports it)
 
 
 def test_every_dataclass_on_the_analyze_path_has_its_own_docstring() -> None:
