@@ -76,14 +76,16 @@ TIME_OUT = os.path.join(OUT, "time.txt")
 
 
 def run(cmd: list[str], stdin=None, capture: bool = False, drain: bool = False, env: dict | None = None,
-        stderr_path: str | None = None) -> Run:
+        stderr_path: str | None = None, gnu_time: bool = True) -> Run:
     """Run ``cmd``; with ``drain`` its stdout goes through a pipe that is read and thrown away.
 
     Peak RSS and CPU come from GNU time (``/usr/bin/time``, which forks the command from its own
-    small process), else from ``os.wait4`` — then the RSS of a small command also counts this
-    script's memory, which the child shares until it calls exec.
+    small process), else (or with ``gnu_time=False``) from ``os.wait4`` — then the RSS of a small command
+    also counts this script's memory, which the child shares until it calls exec. GNU time gives CPU in
+    10 ms steps: too coarse for a ~100 ms command, whose rows use ``os.wait4`` (microseconds).
     """
-    full = [GNU_TIME, "-o", TIME_OUT, "-f", "%M %U %S", *cmd] if GNU_TIME else cmd
+    use_time = bool(GNU_TIME) and gnu_time
+    full = [GNU_TIME, "-o", TIME_OUT, "-f", "%M %U %S", *cmd] if use_time else cmd
     errf = open(stderr_path, "wb") if stderr_path else subprocess.DEVNULL
     try:
         t0 = time.perf_counter()
@@ -105,7 +107,7 @@ def run(cmd: list[str], stdin=None, capture: bool = False, drain: bool = False, 
         if stderr_path:
             errf.close()
     rss, cpu = ru.ru_maxrss / 1024.0, ru.ru_utime + ru.ru_stime
-    if GNU_TIME:
+    if use_time:
         with open(TIME_OUT) as fh:
             fields = fh.read().split()
         # GNU time adds "Command exited with non-zero status N" before the format line
@@ -517,29 +519,40 @@ def section_dask(rows: list, arch: dict) -> Run | None:
 
 def section_startup(rows: list, notes: list, small: str) -> float:
     # what a user runs: a regular install (bench/installed.py), not this venv's editable one, whose import
-    # finder costs every start; both are measured, interleaved, and the target applies to the installed one
+    # finder costs every start; both are measured, interleaved, and the target applies to the installed one's
+    # default text output (what a user reads; it also imports tabulate), --format json reported beside it
     import installed
 
-    cmds = {"editable": analyze_cmd(small)}
+    forms = {"text": ["analyze", small], "json": ["analyze", "--format", "json", small]}
+    exes = {"editable": KVLOGDIAG}
     try:
-        cmds["installed"] = [installed.kvlogdiag_script(), *analyze_cmd(small)[1:]]
+        exes["installed"] = installed.kvlogdiag_script()
     except (OSError, subprocess.CalledProcessError, ValueError) as exc:  # e.g. no build backend offline
-        print(f"  no wheel install ({exc}): the start-up row measures the editable install", file=sys.stderr)
+        print(f"  no wheel install ({exc}): the start-up rows measure the editable install", file=sys.stderr)
+    cmds = {(kind, form): [exe, *args] for kind, exe in exes.items() for form, args in forms.items()}
     for cmd in cmds.values():
-        run(cmd, capture=True)  # the first run writes the parsed-rule cache (kvlogdiag/tomlcache.py)
-    both: dict[str, list[Run]] = {k: [] for k in cmds}
+        run(cmd, capture=True, gnu_time=False)  # the first run writes the parsed-rule and regex caches
+    both: dict[tuple[str, str], list[Run]] = {k: [] for k in cmds}
     for i in range(10):
         for k in (list(cmds) if i % 2 == 0 else list(cmds)[::-1]):
-            both[k].append(run(cmds[k], capture=True))
-    runs = both.get("installed") or both["editable"]
-    r = median_run(runs)
-    cpu = statistics.median(x.cpu for x in runs)
-    ed = statistics.median(x.cpu for x in both["editable"])
-    kind = "installed wheel" if "installed" in both else "editable install (no wheel)"
-    rows.append(["start-up", f"analyze one small log ({os.path.getsize(small):,} B), {kind}, median of 10", r.wall, cpu,
-                 r.rss, f"{cpu * 1000:.0f} ms CPU (min {min(x.cpu for x in runs) * 1000:.0f}), {r.wall * 1000:.0f} ms wall; "
-                 f"editable install {ed * 1000:.0f} ms CPU (min {min(x.cpu for x in both['editable']) * 1000:.0f})",
-                 f"<= {T_STARTUP_CPU_S * 1000:.0f} ms CPU", verdict(cpu <= T_STARTUP_CPU_S and r.rc in (0, 1))])
+            both[k].append(run(cmds[k], capture=True, gnu_time=False))
+    kind = "installed" if "installed" in exes else "editable"
+    label = "installed wheel" if kind == "installed" else "editable install (no wheel)"
+    cpu_of: dict[str, float] = {}
+    for form, what in (("text", "analyze one small log"), ("json", "  the same, --format json")):
+        runs = both[(kind, form)]
+        r = median_run(runs)
+        cpu = cpu_of[form] = statistics.median(x.cpu for x in runs)
+        ed = both[("editable", form)]
+        edc = statistics.median(x.cpu for x in ed)
+        case = (f"{what} ({os.path.getsize(small):,} B), text (the default), {label}, median of 10" if form == "text"
+                else f"{what}, {label}, median of 10")
+        target, res = (f"<= {T_STARTUP_CPU_S * 1000:.0f} ms CPU", verdict(cpu <= T_STARTUP_CPU_S and r.rc in (0, 1))) \
+            if form == "text" else ("", "")
+        rows.append(["start-up", case, r.wall, cpu, r.rss,
+                     f"{cpu * 1000:.0f} ms CPU (min {min(x.cpu for x in runs) * 1000:.0f}), {r.wall * 1000:.0f} ms wall; "
+                     f"editable install {edc * 1000:.0f} ms CPU (min {min(x.cpu for x in ed) * 1000:.0f})", target, res])
+    cpu = cpu_of["json"]  # the growth section's start-up: the analyses there are --format json
     bare = median_run([run([sys.executable, "-c", "pass"]) for _ in range(5)])
     imp = median_run([run([sys.executable, "-c", "import kvlogdiag.cli.main"]) for _ in range(5)])
     rows.append(["start-up", "  of which: python itself / importing the CLI and the analysis path", None, None, None,
@@ -558,6 +571,11 @@ def section_startup(rows: list, notes: list, small: str) -> float:
     heavy = sorted({name.split(".")[0] for _, _, name in imports if name.split(".")[0] in ("numpy", "rich", "tabulate", "pyarrow")})
     rows.append(["start-up", "no numpy/rich/tabulate/pyarrow on analyze --format json", None, None, None,
                  "imported: " + ", ".join(heavy) if heavy else "none of them", "none", verdict(not heavy)])
+    p = subprocess.run([sys.executable, "-X", "importtime", "-m", "kvlogdiag", "analyze", small], capture_output=True, text=True)
+    text_heavy = sorted({m.group(1).split(".")[0] for m in re.finditer(r"^import time:\s+\d+ \|\s+\d+ \| *(\S+)", p.stderr, re.M)
+                         if m.group(1).split(".")[0] in ("numpy", "rich", "pyarrow")})
+    rows.append(["start-up", "no numpy/rich/pyarrow on analyze (text to a pipe: rich only colours a terminal)", None, None, None,
+                 "imported: " + ", ".join(text_heavy) if text_heavy else "none of them", "none", verdict(not text_heavy)])
     top = sorted((i for i in imports if i[1] == 1), reverse=True)[:8]  # top-level imports, by cumulative time
     notes.append("top-level imports of `python -X importtime -m kvlogdiag analyze` (cumulative): "
                  + ", ".join(f"{name} {us / 1000:.0f} ms" for us, _, name in top))

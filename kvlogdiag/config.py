@@ -17,14 +17,19 @@ an error naming the file and line (or the flag), with a suggestion.
 
 from __future__ import annotations
 
+import errno
+import os
 import re
-from pathlib import Path
-from typing import Any, Iterable
+import stat
+from typing import TYPE_CHECKING, Any, Iterable
 
 from kvlogdiag.errors import KvlogdiagError
 from kvlogdiag.rules.context import Options
 from kvlogdiag.rules.engine import RuleSet, UnknownRuleError, load_rules, nesting_line, suggest, toml_error_line
 from kvlogdiag.tomlcache import tomllib  # imported on first use
+
+if TYPE_CHECKING:  # pathlib (with urllib.parse and ipaddress ~3 ms) is imported only where a config file is used
+    from pathlib import Path
 
 __all__ = ["ConfigError", "KEYS", "LEVELS", "ROLES", "find_config", "find_config_for", "load_options", "load_settings",
            "nesting_line", "options_from_file", "toml_error_line"]
@@ -44,6 +49,8 @@ KEYS = tuple(sorted(_KEYS))  #: every key a kvlogdiag.toml may hold (docs/config
 
 def find_config(start: Path | None = None) -> tuple[Path, dict] | None:
     """The first kvlogdiag.toml / pyproject.toml with [tool.kvlogdiag] from ``start`` upwards."""
+    from pathlib import Path
+
     here = (start or Path.cwd()).resolve()
     for d in (here, *here.parents):
         k = d / "kvlogdiag.toml"
@@ -237,6 +244,8 @@ def _merge(flag: list[str] | None, file_base: list[str] | None, file_extend: lis
 
 def _input_dir(arg: str) -> Path | None:
     """The folder a command-line input names: itself (a folder), its parent (a file), the fixed part of a glob."""
+    from pathlib import Path
+
     if arg in ("-", ""):
         return None
     magic = min((i for i, c in enumerate(arg) if c in "*?["), default=None)
@@ -252,9 +261,88 @@ def _input_dir(arg: str) -> Path | None:
     return None
 
 
+# what pathlib's is_file / is_dir take for "no" (any other error they raise)
+_NO_SUCH = (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP)
+_CONFIG_NAMES = ("kvlogdiag.toml", "pyproject.toml")
+
+
+def _mode(path: str) -> int | None:
+    """``st_mode`` of ``path``; None where pathlib's checks say "no"; OSError where they would raise."""
+    try:
+        return os.stat(path).st_mode
+    except OSError as exc:
+        if exc.errno in _NO_SUCH:
+            return None
+        raise
+
+
+def _no_config_file_above(folder: str) -> bool:
+    """No kvlogdiag.toml, nor pyproject.toml with [tool.kvlogdiag], in ``folder`` (resolved) or any folder
+    above it: what `find_config` finds, read the same way (False for anything it would complain about)."""
+    d = os.path.realpath(folder)
+    while True:
+        for name in _CONFIG_NAMES:
+            path = os.path.join(d, name)
+            mode = _mode(path)
+            if mode is None or not stat.S_ISREG(mode):
+                continue
+            if name != "pyproject.toml":
+                return False
+            try:
+                with open(path, encoding="utf-8") as fh:  # as Path.read_text in `_read`
+                    text = fh.read()
+                from kvlogdiag import tomlcache
+
+                data = tomlcache.loads(text, remember=True)
+            except Exception:  # noqa: BLE001 - `_read` turns it into its ConfigError: the Path search runs
+                return False
+            if not isinstance(data, dict):
+                return False
+            tool = data.get("tool")
+            if isinstance(tool, dict) and tool.get("kvlogdiag") is not None:  # as find_config tests it
+                return False
+        up = os.path.dirname(d)
+        if up == d:
+            return True
+        d = up
+
+
+def _surely_none(inputs: tuple[str, ...]) -> bool:
+    """True when `find_config_for` of at most one plain input (no glob, nothing pathlib would rewrite: no
+    ``//``, ``.`` part or trailing ``/``) finds no config: in the folders it would search, no kvlogdiag.toml and
+    no pyproject.toml with [tool.kvlogdiag]. The usual case then needs no pathlib (~3 ms of a small analyze)."""
+    if len(inputs) > 1:
+        return False
+    folders = [os.getcwd()]
+    if inputs and inputs[0] not in ("-", ""):
+        arg = inputs[0]
+        parts = arg.split("/")
+        if any(c in arg for c in "*?[") or any(p in ("", ".") for p in parts[1:]) or parts[0] == ".":
+            return False
+        try:
+            mode = _mode(arg)
+            if mode is not None and stat.S_ISDIR(mode):
+                folders.insert(0, arg)
+            else:
+                parent = os.path.dirname(arg) or "."
+                mode = _mode(parent)
+                if mode is not None and stat.S_ISDIR(mode):
+                    folders.insert(0, parent)
+            return all(_no_config_file_above(f) for f in folders)
+        except OSError:
+            return False  # what pathlib would raise on: the Path search meets it as before
+    try:
+        return _no_config_file_above(folders[0])
+    except OSError:
+        return False
+
+
 def find_config_for(inputs: Iterable[str] = ()) -> tuple[tuple[Path, dict] | None, str, list[str]]:
     """The config of a run over ``inputs``: found from the first input's folder upwards, else from the
     working directory upwards. Also says how it was found, and notes for inputs below another config."""
+    inputs = tuple(inputs)
+    if _surely_none(inputs):
+        return None, "found from the working directory upwards", []
     dirs = [d for d in (_input_dir(a) for a in inputs) if d is not None]
     notes: list[str] = []
     found = None
@@ -294,6 +382,8 @@ def load_settings(explicit: str | None = None, *, inputs: Iterable[str] = (), is
     if explicit and isolated:
         raise ConfigError("--config and --isolated exclude each other (--isolated: no configuration file)")
     if explicit:
+        from pathlib import Path
+
         path = Path(explicit)
         if not path.is_file():
             raise ConfigError(f"{explicit}: config file not found")

@@ -4,7 +4,7 @@ A small ``analyze`` compiles several hundred regular expressions (the line catal
 catalogue, the prefilter's alternation of ~300 keywords, the envelope and redaction patterns): ~70 ms of
 CPU, a third of the start-up, because `re` parses and compiles every pattern in Python. The result of
 that work is a list of integers (the SRE program) that depends only on the pattern, its flags and the
-Python build. `compile` keeps that program by pattern text in ``re-cache-v2.marshal`` next to the parsed-TOML
+Python build. `compile` keeps that program by pattern text in ``re-cache-v3.marshal`` next to the parsed-TOML
 cache (`kvlogdiag.tomlcache.cache_dir`) and, on the next run, builds the pattern object from it directly
 (``_sre.compile``, what `re` itself calls last): the same object `re.compile` gives — equal to it, program
 included (``Pattern.__eq__`` compares the programs) — for a fraction of the cost.
@@ -14,8 +14,9 @@ from it equals what `re.compile` returns; the file is tied to the exact interpre
 magic, code size, byte order), so another Python ignores it; any problem reading, parsing or writing it
 (read-only home, a corrupt or foreign file, an interpreter without ``_sre``) falls back to `re.compile`
 silently. The file is `marshal` data (read in ~0.5 ms where its JSON took ~2.7 ms, docs/performance.md
-"Session 8 (2)"); since `marshal` is not meant for untrusted bytes, it is read only when it is a regular file
-owned by this user and not larger than `MAX_CACHE_BYTES`, and what it holds is checked entry by entry. ``KVLOGDIAG_CACHE_DIR=off`` disables it. New programs are written once, when the process exits;
+"Session 8 (2)") holding each program as the raw bytes of its code words (v2 held them as base64 text, a JSON
+leftover whose decoding was ~2 ms of a small analyze's ~250 patterns: "Session 10"); since `marshal` is not
+meant for untrusted bytes, it is read only when it is a regular file owned by this user and not larger than `MAX_CACHE_BYTES`, and what it holds is checked entry by entry. ``KVLOGDIAG_CACHE_DIR=off`` disables it. New programs are written once, when the process exits;
 what that process used is kept newest, and a file grown past `SOFT_BYTES` (every start reads all of it) keeps
 only that. `derived` keeps small JSON values worked out from such patterns the same way.
 """
@@ -24,14 +25,13 @@ from __future__ import annotations
 
 import array
 import atexit
-import binascii
-import json
+import contextlib
 import marshal
 import os
 import re
 import stat
 import sys
-from typing import Any, AnyStr, Callable
+from typing import Any, AnyStr, Callable, Iterator
 
 try:
     import _sre
@@ -47,7 +47,9 @@ except (ImportError, AttributeError):  # pragma: no cover - not CPython
     _sre = None  # type: ignore[assignment]
     _TYPECODE = None
 
-FILE_NAME = "re-cache-v2.marshal"
+_re_compile = re.compile  # the real one, also while `serving` stands in for it
+
+FILE_NAME = "re-cache-v3.marshal"
 MARSHAL_VERSION = 4  # fixed, not marshal.version: the same bytes from every Python that reads them
 MAX_ENTRIES = 4096
 MAX_CACHE_BYTES = 32 << 20
@@ -55,8 +57,8 @@ SOFT_BYTES = 2 << 20  # ~5 ms to read at each start
 TAG = (f"{sys.implementation.name} {sys.version} sre {getattr(_sre, 'MAGIC', None)}/{getattr(_sre, 'CODESIZE', None)} "
        f"{sys.byteorder}")
 
-# (kind, pattern text, flags) → [flags, program (base64), groups, groupindex, indexgroup]; kind "s" (str) or "b" (bytes,
-# held as latin-1 text); kind "d:NAME" holds a `derived` value (flags 0) as [value]
+# (kind, pattern text, flags) → [flags, program (the bytes of its code words), groups, groupindex, indexgroup]; kind
+# "s" (str) or "b" (bytes, held as latin-1 text); kind "d:NAME" holds a `derived` value (flags 0) as [value]
 _disk: dict[tuple[str, str, int], list] | None = None
 _new: dict[tuple[str, str, int], list] = {}
 _used: set[tuple[str, str, int]] = set()  # entries of the file this process used
@@ -100,8 +102,8 @@ def _trusted(st: os.stat_result) -> bool:
 
 
 def _build(pattern: AnyStr, entry: list) -> re.Pattern[AnyStr]:
-    flags, code_b64, groups, groupindex, indexgroup = entry
-    code = array.array(_TYPECODE or "I", binascii.a2b_base64(code_b64)).tolist()
+    flags, code_bytes, groups, groupindex, indexgroup = entry
+    code = array.array(_TYPECODE or "I", code_bytes).tolist()
     return _sre.compile(pattern, flags, code, groups, dict(groupindex), tuple(indexgroup))
 
 
@@ -113,21 +115,20 @@ def _program(pattern: AnyStr, flags: int) -> list:
     indexgroup: list[Any] = [None] * parsed.state.groups
     for k, i in groupindex.items():
         indexgroup[i] = k
-    return [flags | parsed.state.flags, binascii.b2a_base64(array.array(_TYPECODE or "I", code).tobytes(), newline=False).decode(), parsed.state.groups - 1,
-            groupindex, indexgroup]
+    return [flags | parsed.state.flags, array.array(_TYPECODE or "I", code).tobytes(), parsed.state.groups - 1, groupindex, indexgroup]
 
 
 def compile(pattern: AnyStr, flags: int | re.RegexFlag = 0) -> re.Pattern[AnyStr]:  # noqa: A001 - re.compile's name
     """`re.compile(pattern, flags)`, built from the cached program when this exact pattern was compiled before."""
     flags = int(flags)
     if _TYPECODE is None or flags & re.DEBUG:
-        return re.compile(pattern, flags)
+        return _re_compile(pattern, flags)
     if isinstance(pattern, str):
         key = ("s", pattern, flags)
     elif isinstance(pattern, bytes):
         key = ("b", pattern.decode("latin-1"), flags)
     else:
-        return re.compile(pattern, flags)
+        return _re_compile(pattern, flags)
     done = _memo.get(key)
     if done is not None:
         return done
@@ -139,7 +140,7 @@ def compile(pattern: AnyStr, flags: int | re.RegexFlag = 0) -> re.Pattern[AnyStr
             return done
         except Exception:  # noqa: BLE001 - a foreign or damaged entry: compile it the ordinary way
             pass
-    compiled = _memo[key] = re.compile(pattern, flags)
+    compiled = _memo[key] = _re_compile(pattern, flags)
     if _cache_file() is None:
         return compiled
     try:
@@ -151,6 +152,43 @@ def compile(pattern: AnyStr, flags: int | re.RegexFlag = 0) -> re.Pattern[AnyStr
     if ok:
         _remember(key, program)
     return compiled
+
+
+@contextlib.contextmanager
+def serving() -> Iterator[None]:
+    """While the block runs, ``re.compile`` is `compile`: for importing modules whose module-level patterns
+    would otherwise be compiled by `re` at every start — the standard library's and click's under the CLI's
+    import (`kvlogdiag.cli.entry`), tabulate's and textwrap's (`kvlogdiag.render.tables`), rich's
+    (`kvlogdiag.render.colour`): ~2.5 ms of a small text analyze (docs/performance.md, "Session 10"). The
+    objects are equal to what `re` builds (see the module text) but are not in `re`'s own cache (a later
+    ``re.match`` of the same text compiles it there). Plain ``re.compile`` while another thread runs (it
+    would get these objects too) or when someone else replaced it; the real function again when the block
+    ends, however it ends."""
+    threads = sys.modules.get("threading")  # not imported yet: no other thread either
+    if _TYPECODE is None or re.compile is not _re_compile or (threads is not None and threads.active_count() > 1):
+        yield  # not CPython, someone else's stand-in, or another thread that would get recache's objects too
+        return
+    _load()  # first: reading the file imports modules (kvlogdiag.tomlcache, json) that compile patterns themselves
+    re.compile = _serve  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        re.compile = _re_compile
+
+
+_serving_one = False
+
+
+def _serve(pattern: AnyStr, flags: int | re.RegexFlag = 0) -> re.Pattern[AnyStr]:
+    """`compile` as ``re.compile`` (`serving`); a pattern compiled by what `compile` itself runs goes to `re`."""
+    global _serving_one
+    if _serving_one:
+        return _re_compile(pattern, flags)
+    _serving_one = True
+    try:
+        return compile(pattern, flags)
+    finally:
+        _serving_one = False
 
 
 def _remember(key: tuple[str, str, int], payload: list) -> None:
@@ -198,6 +236,8 @@ def derived(name: str, key: str, compute: Callable[[], Any], check: Callable[[An
             pass
     value = compute()
     if _TYPECODE and _cache_file() is not None:
+        import json  # here: this module is imported before the CLI (cli/entry.py), whose json import is then served
+
         try:
             if json.loads(json.dumps(value)) == value:
                 _remember(k, [value])

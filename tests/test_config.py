@@ -215,3 +215,49 @@ def test_bad_sample_key_is_a_load_error_naming_file_and_key(extra, word):
 def test_every_builtin_sample_uses_known_keys():
     # load_rules validates the samples: the shipped rule files must all pass
     assert sum(len(r.samples) for r in load_rules().rules) > 50
+
+
+def _both_lookups(monkeypatch, inputs):
+    """find_config_for through its quick no-config check, and through the pathlib search alone."""
+    from kvlogdiag import config
+
+    def outcome():
+        try:
+            found, how, notes = config.find_config_for(inputs)
+        except ConfigError as exc:
+            return "ConfigError", str(exc)
+        return (str(found[0]), found[1]) if found else None, how, notes
+
+    quick = outcome()
+    with monkeypatch.context() as m:
+        m.setattr(config, "_surely_none", lambda inputs: False)
+        full = outcome()
+    return quick, full
+
+
+@pytest.mark.parametrize("layout", ["none", "kvlogdiag", "pyproject-other", "pyproject-tool", "pyproject-bad", "inner"])
+def test_the_quick_no_config_check_finds_what_the_pathlib_search_finds(tmp_path, monkeypatch, layout):
+    root = tmp_path / "proj"
+    (root / "logs" / "sub").mkdir(parents=True)
+    (root / "logs" / "a.log").write_text("x\n")
+    (root / "logs" / "sub" / "b.log").write_text("x\n")
+    files = {"kvlogdiag": ("kvlogdiag.toml", 'fail-on = "info"\n'),
+             "pyproject-other": ("pyproject.toml", '[project]\nname = "x"\n'),
+             "pyproject-tool": ("pyproject.toml", '[tool.kvlogdiag]\nfail-on = "info"\n'),
+             "pyproject-bad": ("pyproject.toml", "[tool.kvlogdiag\n"),
+             "inner": ("logs/sub/kvlogdiag.toml", 'min-severity = "warning"\n')}
+    if layout in files:
+        name, text = files[layout]
+        (root / name).write_text(text)
+    monkeypatch.chdir(root / "logs")
+    cases = [[], ["-"], ["a.log"], ["sub/b.log"], ["sub"], [str(root / "logs" / "a.log")], ["missing.log"],
+             ["sub/missing/x.log"], ["../logs/a.log"], ["./a.log"], ["sub//b.log"], ["sub/"], ["*.log"], ["a.log", "sub/b.log"]]
+    for inputs in cases:
+        quick, full = _both_lookups(monkeypatch, inputs)
+        assert quick == full, (layout, inputs)
+    from kvlogdiag import config
+
+    if layout in ("none", "pyproject-other"):  # the quick check itself answers (no pathlib needed)
+        assert config._surely_none(("a.log",)) and config._surely_none(()) and config._surely_none(("sub",))
+    else:
+        assert not config._surely_none(("sub/b.log",))

@@ -89,11 +89,13 @@ def test_off_unwritable_corrupt_or_foreign_cache_falls_back_to_re_compile(tmp_pa
 
     target = tmp_path / "c" / recache.FILE_NAME
     target.parent.mkdir()
-    good = marshal.dumps({"tag": recache.TAG, "entries": [["s", pattern, 0, [0, "!!!", 1, {}, [None]]], [1, 2], "x"]})
+    good = marshal.dumps({"tag": recache.TAG, "entries": [["s", pattern, 0, [0, b"!!!", 1, {}, [None]]], [1, 2], "x"]})
     for junk in (b"{not marshal", b"", good[: len(good) // 2],  # corrupt, empty, truncated
                  json.dumps({"tag": recache.TAG, "entries": []}).encode(),  # the old JSON format
-                 marshal.dumps({"tag": "another python", "entries": [["s", pattern, 0, [0, "AAAA", 0, {}, []]]]}),
-                 marshal.dumps([1, 2]), good):
+                 marshal.dumps({"tag": "another python", "entries": [["s", pattern, 0, [0, b"\0\0\0\0", 0, {}, []]]]}),
+                 marshal.dumps([1, 2]), good,
+                 # a v2 entry (its program as base64 text) under this interpreter's tag
+                 marshal.dumps({"tag": recache.TAG, "entries": [["s", pattern, 0, [0, "AQAAAA==", 1, {}, [None]]]]})):
         target.write_bytes(junk)
         _fresh(monkeypatch, tmp_path / "c")
         assert _same(recache.compile(pattern), re.compile(pattern))
@@ -190,3 +192,53 @@ def test_a_file_grown_past_its_budget_keeps_what_the_last_run_used(tmp_path, mon
     recache.flush()
     doc = marshal.loads((tmp_path / "c" / recache.FILE_NAME).read_bytes())
     assert [e[1] for e in doc["entries"]] == ["b+", "d+"]
+
+
+def test_serving_gives_re_compile_the_cached_programs_and_gives_it_back(tmp_path, monkeypatch):
+    """`recache.serving` (the CLI's import, tabulate's): re.compile is `recache.compile` inside the block only."""
+    _fresh(monkeypatch, tmp_path / "c")
+    real = re.compile
+    patterns = [(r"(?P<w>\w+)\s+#.*$", re.M), (rb"\r|\n", 0), (r"""(?x) a  # comment
+                 b""", 0)]
+    with recache.serving():
+        assert re.compile is not real
+        got = [re.compile(p, f) for p, f in patterns]
+        assert re.compile(got[0]) is got[0]  # a compiled pattern given back, as by re
+    assert re.compile is real
+    re.purge()
+    assert all(_same(g, re.compile(p, f)) for g, (p, f) in zip(got, patterns))
+    recache.flush()
+    _fresh(monkeypatch, tmp_path / "c")
+    parsed = []
+    real_parse = recache._sre_parse.parse
+    monkeypatch.setattr(recache._sre_parse, "parse", lambda *a: parsed.append(a) or real_parse(*a))
+    with pytest.raises(LookupError):
+        with recache.serving():
+            again = [re.compile(p, f) for p, f in patterns]
+            raise LookupError("the block fails")
+    assert re.compile is real  # however the block ends
+    assert parsed == [] and all(_same(a, g) for a, g in zip(again, got))  # the second run: from the file
+
+
+def test_serving_leaves_a_replaced_re_compile_alone(monkeypatch):
+    def other(pattern, flags=0):
+        return ("other", pattern)
+
+    monkeypatch.setattr(re, "compile", other)
+    with recache.serving():
+        assert re.compile is other and re.compile("x") == ("other", "x")
+    assert re.compile is other
+
+
+def test_serving_is_plain_re_compile_while_another_thread_runs():
+    import threading
+
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait)
+    t.start()
+    try:
+        with recache.serving():
+            assert re.compile is recache._re_compile
+    finally:
+        stop.set()
+        t.join()

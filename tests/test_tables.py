@@ -116,3 +116,55 @@ def test_a_tabulate_that_needs_more_of_importlib_metadata_is_imported_the_ordina
     """)], capture_output=True, text=True, check=True)
     got = json.loads(p.stdout)
     assert got["out"] == "fake table" and got["real"] is True and got["file"].startswith(str(site))
+
+
+def test_html_is_not_loaded_for_tabulate_and_its_html_tables_are_unchanged() -> None:
+    got = _child("""
+        import json, sys
+        from kvlogdiag.render.tables import load_tabulate
+        fn = load_tabulate()
+        loaded = {m: m in sys.modules for m in ("html", "html.entities")}
+        rows = [["<b>&'\\"", 1]]
+        ours = {f: fn(rows, headers=["a<", "b"], tablefmt=f) for f in ("html", "unsafehtml")}
+        import html
+        real = html.escape("<b>&'\\"") == "&lt;b&gt;&amp;&#x27;&quot;" and hasattr(html, "unescape")
+        print(json.dumps({"loaded": loaded, "ours": ours, "real": real, "mods": sorted(sys.modules)}))
+    """)
+    assert got["loaded"] == {"html": False, "html.entities": False}
+    assert got["real"] is True  # `import html` after the load is the real module
+    ref = _child("""
+        import html, json
+        import tabulate
+        rows = [["<b>&'\\"", 1]]
+        print(json.dumps({f: tabulate.tabulate(rows, headers=["a<", "b"], tablefmt=f) for f in ("html", "unsafehtml")}))
+    """)
+    assert got["ours"] == ref and "&lt;b&gt;" in ref["html"]
+
+
+def test_html_already_imported_is_the_one_tabulate_gets() -> None:
+    got = _child("""
+        import html, json
+        from kvlogdiag.render.tables import load_tabulate
+        load_tabulate()
+        import tabulate
+        print(json.dumps({"same": tabulate.htmlescape is html.escape}))
+    """)
+    assert got["same"] is True
+
+
+def test_a_tabulate_that_keeps_the_html_module_is_imported_the_ordinary_way(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    _fake_package(site, "tabulate", ["tabulate-9.9.dist-info"])
+    (site / "tabulate" / "__init__.py").write_text(
+        "import html\n__version__ = 'fake'\n"
+        "def tabulate(*args, **kwargs):\n    return html.unescape('&lt;table&gt;')\n")
+    p = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+        import json, sys
+        sys.path.insert(0, {str(site)!r})
+        from kvlogdiag.render.tables import load_tabulate
+        fn = load_tabulate()
+        print(json.dumps({{"out": fn(), "file": sys.modules["tabulate"].__file__}}))
+    """)], capture_output=True, text=True, check=True)
+    got = json.loads(p.stdout)
+    assert got["out"] == "<table>" and got["file"].startswith(str(site))

@@ -15,17 +15,18 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 from kvlogdiag import recache
 
-CATALOGUE_FILE = Path(__file__).with_name("failures.toml")
-HARVEST_FILE = Path(__file__).with_name("failures_harvest.json")
-LIBRARY_HARVEST_FILE = Path(__file__).with_name("failures_harvest_libs.json")
+# paths as text, not pathlib: a small analyze never imports pathlib (with urllib.parse and ipaddress ~3 ms)
+CATALOGUE_FILE = os.path.join(os.path.dirname(__file__), "failures.toml")
+HARVEST_FILE = os.path.join(os.path.dirname(__file__), "failures_harvest.json")
+LIBRARY_HARVEST_FILE = os.path.join(os.path.dirname(__file__), "failures_harvest_libs.json")
 
 _UNIT_GIB = {"B": 1 / 2**30, "KiB": 1 / 2**20, "MiB": 1 / 2**10, "GiB": 1.0, "TiB": 2.0**10,
              "KB": 1 / 2**20, "MB": 1 / 2**10, "GB": 1.0, "TB": 2.0**10}

@@ -9,6 +9,8 @@ of the ~130 ms of CPU a small ``analyze`` costs (counted with ``gc.callbacks``; 
 reach (`gc.freeze`: never freed before the process ends, which it would not have been either) so that later
 collections walk only what the command itself creates. The collector is on again, with its usual
 thresholds, before the command runs: a long ``watch`` or ``scan`` collects cycles exactly as before.
+The patterns that the imported modules (click, the standard library's) compile at import come from the
+regex cache meanwhile (`kvlogdiag.recache.serving`: ~1.5-2.5 ms; docs/performance.md, "Session 10").
 Nothing else differs from calling `kvlogdiag.cli.main.main`.
 """
 
@@ -22,8 +24,10 @@ def main() -> None:
     was = gc.isenabled()
     gc.disable()
     try:
-        from kvlogdiag.cli.main import main as run
+        from kvlogdiag import recache
 
+        with recache.serving():  # the regexes the imports compile, from the programs kept by earlier runs
+            from kvlogdiag.cli.main import main as run
         gc.freeze()
     finally:
         if was:

@@ -27,11 +27,13 @@ from __future__ import annotations
 import json
 from dataclasses import FrozenInstanceError
 from functools import lru_cache
-from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from kvlogdiag import pkgdata, recache
 from kvlogdiag.errors import KvlogdiagError
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 __all__ = [
     "GIB_BYTES",
@@ -693,6 +695,8 @@ def _dsv4_from_config(cfg: Mapping[str, Any], n_layers: int, common: dict) -> Mo
 
 def read_hf_config(path: str | Path) -> dict[str, Any]:
     """Read a local ``config.json`` (a file, or a model directory containing one). Never network."""
+    from pathlib import Path  # here: a small analyze never imports pathlib (with urllib.parse ~3 ms)
+
     p = Path(path)
     if p.is_dir():
         p = p / "config.json"
@@ -708,6 +712,8 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelArch:
 
     The model is named ``name``, else the directory name.
     """
+    from pathlib import Path
+
     p = Path(path)
     label = name or (p.name if p.is_dir() else p.parent.name) or str(p)
     return from_hf_config(read_hf_config(p), name=label)

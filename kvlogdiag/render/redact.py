@@ -38,11 +38,13 @@ values as host names.
 
 from __future__ import annotations
 
-import ipaddress
 import re
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from kvlogdiag import recache
+
+if TYPE_CHECKING:  # ipaddress (~1 ms) is imported by the redactor's first address: stdout's SafeText needs none
+    import ipaddress
 
 __all__ = ["KIND_LABELS", "Redactor", "SafeText", "escape_controls"]
 
@@ -219,6 +221,8 @@ class Redactor:
 
     @staticmethod
     def _ip(value: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+        import ipaddress
+
         try:
             return ipaddress.ip_address(value.strip("[]").split("%", 1)[0])
         except ValueError:
@@ -355,7 +359,7 @@ class Redactor:
     def _ipv6(self, m: re.Match) -> str:
         v = m.group("v")
         ip = self._ip(v)
-        if not isinstance(ip, ipaddress.IPv6Address) or self._keep_ip(ip):
+        if ip is None or ip.version != 6 or self._keep_ip(ip):  # not an IPv6Address
             return v
         groups = [g for g in v.split("%", 1)[0].split(":") if g]
         if "::" not in v and len(groups) < 8 and not (groups and "." in groups[-1]):

@@ -14,6 +14,14 @@ different answer: `importlib.metadata` already imported (nothing to save), anoth
 could import the module meanwhile), no single dist-info folder beside the package (an egg, a source
 checkout, a vendored copy), or a tabulate whose import asks the stand-in for anything else (it is then
 imported again, the ordinary way).
+
+The same import, for the same reason, gets two more things that cost every small text ``analyze`` and
+that it never uses (docs/performance.md, "Session 10"): tabulate's ``from html import escape`` (for its
+HTML table formats) loads `html` and its 2,231-entry `html.entities` table, ~1.3 ms; while `html` is not
+imported yet, it finds a stand-in whose ``escape`` imports the real `html` on its first call and hands
+over to ``html.escape`` (the stand-in is gone from ``sys.modules`` by then) — a tabulate that takes
+anything else from it, or keeps the module itself, is imported again the ordinary way. And the patterns
+tabulate and `textwrap` compile at import come from `kvlogdiag.recache` (`recache.serving`), ~1.3 ms.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ import types
 from typing import Any, Callable
 
 _METADATA = "importlib.metadata"
+_HTML = "html"
 
 
 def load_tabulate() -> Callable[..., str]:
@@ -33,17 +42,28 @@ def load_tabulate() -> Callable[..., str]:
     if loaded is None and _METADATA not in sys.modules and threading.active_count() == 1:
         version = installed_version("tabulate")
         if version is not None:
-            stand_in = _stand_in("tabulate", version)
-            sys.modules[_METADATA] = stand_in
-            try:
-                import tabulate
+            stand_ins = {_METADATA: _stand_in("tabulate", version)}
+            if _HTML not in sys.modules:
+                stand_ins[_HTML] = _html_stand_in()
+            from kvlogdiag import recache
 
-                return tabulate.tabulate
+            before = set(sys.modules)
+            sys.modules.update(stand_ins)
+            try:
+                with recache.serving():
+                    import tabulate
+                new = {n: m for n, m in list(sys.modules.items()) if n not in before and n not in stand_ins}
+                if any(v is st for m in new.values() for v in vars(m).values() for st in stand_ins.values()):
+                    for n in new:  # a module kept a stand-in itself and may want more of it later: import anew
+                        del sys.modules[n]
+                else:
+                    return tabulate.tabulate
             except (ImportError, AttributeError, TypeError):
-                pass  # a tabulate that wants more of importlib.metadata: the failed import left nothing behind
+                pass  # a tabulate that wants more of a stand-in: the failed import left nothing behind
             finally:
-                if sys.modules.get(_METADATA) is stand_in:
-                    del sys.modules[_METADATA]
+                for name, mod in stand_ins.items():
+                    if sys.modules.get(name) is mod:
+                        del sys.modules[name]
     import tabulate
 
     return tabulate.tabulate
@@ -87,4 +107,18 @@ def _stand_in(name: str, version: str) -> types.ModuleType:
     mod_any: Any = mod
     mod_any.version = version_of
     mod_any.PackageNotFoundError = PackageNotFoundError
+    return mod
+
+
+def _html_stand_in() -> types.ModuleType:
+    """A module with `html.escape` only, which imports the real `html` on its first call."""
+
+    def escape(s: str, quote: bool = True) -> str:
+        import html  # the real module: the stand-in left sys.modules when tabulate was loaded
+
+        return html.escape(s, quote)
+
+    mod = types.ModuleType(_HTML, "html stand-in for one import (kvlogdiag.render.tables)")
+    mod_any: Any = mod
+    mod_any.escape = escape
     return mod
