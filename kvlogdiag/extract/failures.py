@@ -821,6 +821,8 @@ class StartupTracker:
             return  # an exception vLLM caught and went on from (a retried attempt, a probe): see [[recovered]]
         echo = self.cat.is_echo(body_s)
         death = self.cat.death(body_s)
+        if death is not None and "shutdown" in death and (self.cause is not None or self.echoes or self.deaths or self._tb):
+            death = None  # the interpreter's exit after a failure already shown (see [[death]] resource_tracker)
         if level in ("ERROR", "CRITICAL") and em is None and tb is None and not echo and death is None and not code_line:
             loc, pe = _record_loc(line.text), self._prev_error
             if pe is not None and pe[1] == proc and pe[2] == loc and loc is not None and line.number - pe[4] <= 2:
