@@ -280,3 +280,27 @@ def test_signal_during_start_up_is_a_stopped_start():
     # near misses: after the server came up it is a shutdown; a bare KeyboardInterrupt line (no traceback) is no death
     assert run(["INFO:     Application startup complete.", *tb, "KeyboardInterrupt: terminated"])["failed"] is False
     assert run(["KeyboardInterrupt"])["failed"] is False
+
+
+def test_registry_inspection_failure_is_explained_by_the_subprocess_error():
+    rec = "(APIServer pid=1) ERROR 06-10 23:08:47 [registry.py:963] "
+    lines = [rec + "Error in inspecting model architecture 'Gemma4ForConditionalGeneration'",
+             rec + "Traceback (most recent call last):",
+             rec + "RuntimeError: Error raised in subprocess:",
+             rec + "Traceback (most recent call last):",
+             rec + 'File "/v/vllm/vllm_flash_attn/__init__.py", line 12, in <module>',
+             rec + "ImportError: vllm.vllm_flash_attn requires the CUDA flash attention extensions (_vllm_fa2_C or _vllm_fa3_C).",
+             "(APIServer pid=1) pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig"]
+    r = run(lines)
+    assert r["cause_line"] == 6 and r["cause_id"] == "kernel_missing" and r["cause_class"] == "kernel"
+    # near miss: an uncatalogued error in the subprocess leaves the registry's record the cause
+    r = run([*lines[:5], rec + "ImportError: something nobody catalogued", lines[-1]])
+    assert r["cause_line"] == 1 and r["cause_id"] == "architecture_inspection_failed"
+
+
+def test_jax_indivisible_sharding_is_a_parallel_size():
+    r = run([EC + "ERROR 09-26 23:22:02 [core.py:1434] jax._src.sharding.IndivisibleError: One of pjit outputs with "
+             "pytree key path result was given the sharding NamedSharding(mesh=Mesh('data': 1, 'model': 4), spec=P(None, "
+             "'model')) implies that array axis 1 is partitioned 4 times, but the dimension size is 22 (full shape: "
+             "(128, 22, 1, 2816), per-dimension tiling factors: (1, 4, 1, 1) should evenly divide the shape)", ECHO])
+    assert r["cause_class"] == "parallel"
