@@ -304,3 +304,11 @@ def test_jax_indivisible_sharding_is_a_parallel_size():
              "'model')) implies that array axis 1 is partitioned 4 times, but the dimension size is 22 (full shape: "
              "(128, 22, 1, 2816), per-dimension tiling factors: (1, 4, 1, 1) should evenly divide the shape)", ECHO])
     assert r["cause_class"] == "parallel"
+
+
+def test_triton_driver_error_is_a_kernel_failure():
+    r = run([EC + "ERROR 11-20 10:00:00 [core.py:708] RuntimeError: Triton Error [CUDA]: device kernel image is invalid", ECHO])
+    assert r["cause_class"] == "kernel"
+    # near miss: Triton's out-of-memory is not called a kernel failure
+    r = run([EC + "ERROR 11-20 10:00:00 [core.py:708] RuntimeError: Triton Error [CUDA]: out of memory", ECHO])
+    assert r["failed"] is True and r["cause_class"] != "kernel"
