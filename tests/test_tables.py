@@ -97,25 +97,32 @@ def test_stand_in_answers_only_for_its_distribution() -> None:
         raise AssertionError("the stand-in must not invent other versions")
 
 
-def test_a_tabulate_that_needs_more_of_importlib_metadata_is_imported_the_ordinary_way(tmp_path: Path) -> None:
+def _load_fake_tabulate(tmp_path: Path, source: str, extra: str = "") -> dict:
+    """In a child process, `load_tabulate()` with a fake tabulate package of ``source`` first on the path: what it
+    returned (``out``), the file imported, and ``extra`` (more JSON fields, a Python expression body)."""
     site = tmp_path / "site"
     site.mkdir()
     _fake_package(site, "tabulate", ["tabulate-9.9.dist-info"])
-    (site / "tabulate" / "__init__.py").write_text(
-        "from importlib.metadata import version, distributions\n"
-        "__version__ = version('tabulate') if False else 'fake'\n"
-        "def tabulate(*args, **kwargs):\n    return 'fake table'\n")
+    (site / "tabulate" / "__init__.py").write_text(source)
     p = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
         import json, sys
         sys.path.insert(0, {str(site)!r})
         from kvlogdiag.render.tables import load_tabulate
         fn = load_tabulate()
         import importlib.metadata as md
-        print(json.dumps({{"out": fn(), "real": hasattr(md, "distributions"),
-                           "file": sys.modules["tabulate"].__file__}}))
+        print(json.dumps({{"out": fn(), "file": sys.modules["tabulate"].__file__, {extra}}}))
     """)], capture_output=True, text=True, check=True)
     got = json.loads(p.stdout)
-    assert got["out"] == "fake table" and got["real"] is True and got["file"].startswith(str(site))
+    assert got["file"].startswith(str(site))
+    return got
+
+
+def test_a_tabulate_that_needs_more_of_importlib_metadata_is_imported_the_ordinary_way(tmp_path: Path) -> None:
+    got = _load_fake_tabulate(tmp_path, "from importlib.metadata import version, distributions\n"
+                                        "__version__ = version('tabulate') if False else 'fake'\n"
+                                        "def tabulate(*args, **kwargs):\n    return 'fake table'\n",
+                              extra='"real": hasattr(md, "distributions")')
+    assert got["out"] == "fake table" and got["real"] is True
 
 
 def test_html_is_not_loaded_for_tabulate_and_its_html_tables_are_unchanged() -> None:
@@ -153,18 +160,6 @@ def test_html_already_imported_is_the_one_tabulate_gets() -> None:
 
 
 def test_a_tabulate_that_keeps_the_html_module_is_imported_the_ordinary_way(tmp_path: Path) -> None:
-    site = tmp_path / "site"
-    site.mkdir()
-    _fake_package(site, "tabulate", ["tabulate-9.9.dist-info"])
-    (site / "tabulate" / "__init__.py").write_text(
-        "import html\n__version__ = 'fake'\n"
-        "def tabulate(*args, **kwargs):\n    return html.unescape('&lt;table&gt;')\n")
-    p = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
-        import json, sys
-        sys.path.insert(0, {str(site)!r})
-        from kvlogdiag.render.tables import load_tabulate
-        fn = load_tabulate()
-        print(json.dumps({{"out": fn(), "file": sys.modules["tabulate"].__file__}}))
-    """)], capture_output=True, text=True, check=True)
-    got = json.loads(p.stdout)
-    assert got["out"] == "<table>" and got["file"].startswith(str(site))
+    got = _load_fake_tabulate(tmp_path, "import html\n__version__ = 'fake'\n"
+                                        "def tabulate(*args, **kwargs):\n    return html.unescape('&lt;table&gt;')\n")
+    assert got["out"] == "<table>"

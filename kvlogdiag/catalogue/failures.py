@@ -183,7 +183,9 @@ class FailureCatalogue:
         self._kw_re = recache.compile("|".join(re.escape(k) for k in sorted(kw, key=len, reverse=True)))
         self.echo = [recache.compile(x["regex"]) for x in data.get("echo", [])]
         self.deaths = [recache.compile(x["regex"]) for x in data.get("death", [])]
-        self.recovered = [recache.compile(x["regex"]) for x in data.get("recovered", [])]
+        recovered = [x["regex"] for x in data.get("recovered", [])]
+        # one alternation: every non-INFO line the tracker reads is tried against it
+        self._recovered = recache.compile("|".join(f"(?:{r})" for r in recovered)) if recovered else None
         self.class_hints: list[tuple[str, re.Pattern[str] | None, re.Pattern[str] | None]] = [
             (x["class"], recache.compile(x["message"]) if "message" in x else None,
              recache.compile(x["frames"]) if "frames" in x else None)
@@ -230,7 +232,7 @@ class FailureCatalogue:
 
     def is_recovered(self, text: str) -> bool:
         """Whether ``text`` is a line vLLM logs for an exception it catches and goes on from (never a cause)."""
-        return any(rx.search(text) for rx in self.recovered)
+        return self._recovered is not None and self._recovered.search(text) is not None
 
     def death(self, text: str) -> dict[str, str] | None:
         """Named groups of a process-death line (``process``, ``signal``, ``exit_code``, ``failed``)."""

@@ -54,12 +54,12 @@ _INLINE_EXC = recache.compile(r"\s((?:[a-z_][a-z0-9_]*\.)+[A-Z]\w*(?:Error|Excep
 _VALIDATION = recache.compile(r"(?<!\d)(?P<count>\d+) validation errors? for (?P<config>\w+)")
 _PYDANTIC_ITEM = recache.compile(r"^(?:Value error, (?P<value_error>.*)|(?P<item>.*\[type=[\w.]+.*))$")
 _PID = recache.compile(r"\((?P<name>[^()]*?) pid=(?P<pid>\d+)")
-_STARTED = ("Application startup complete", "Uvicorn running on", "Starting vLLM API server ", "Starting vLLM server on ")
 # the API server logs "Starting vLLM API server [%d ]on %s" inside `async with build_async_engine_client(...)`, after
 # the engine client was built and the app state initialised, right before serve_http (vllm 0.8.5.post1
 # entrypoints/openai/api_server.py:1078-1094, 0.10.2 :1961-1973, 0.11.0 :1902-1915; 0.33.0 "Starting vLLM server on %s",
 # entrypoints/launchers/api_server/entry.py:132-139): the engine is up, only the HTTP server's own start can still fail
 _HTTP_STARTING = ("Starting vLLM API server ", "Starting vLLM server on ")
+_STARTED = ("Application startup complete", "Uvicorn running on", *_HTTP_STARTING)
 # uvicorn logs "Shutting down" (0.54.0 uvicorn/server.py:282, its default "INFO:     " level prefix) only from
 # Server.shutdown, which _serve calls only `if self.started` (server.py:105-108): after the socket was bound and the
 # app's start-up completed. vLLM runs uvicorn only once its engine is built (V0 and V1 api_server run_server build the
@@ -817,7 +817,7 @@ class StartupTracker:
                 return
         if level in ("INFO", "DEBUG"):
             return
-        if tb is None and body_s[:6] == "Error " and self.cat.is_recovered(body_s):
+        if tb is None and self.cat.is_recovered(body_s):
             return  # an exception vLLM caught and went on from (a retried attempt, a probe): see [[recovered]]
         echo = self.cat.is_echo(body_s)
         death = self.cat.death(body_s)
