@@ -21,7 +21,7 @@ from kvlogdiag.extract.failures import MAX_ECHOES, WINDOW, StartupTracker
 from kvlogdiag.input.reader import detect_hard_wrap, iter_lines, make_line, open_input, unwrap_lines
 
 DATA = Path(__file__).parent / "data"
-CASES = [p for d in ("failures", "failures_heldout", "failures_heldout2", "failures_heldout3", "failures_heldout4", "failures_heldout5", "failures_heldout6", "failures_heldout7", "failures_heldout8", "failures_heldout9", "failures_heldout10", "failures_heldout11", "failures_heldout12", "failures_heldout13", "failures_heldout14", "failures_heldout15", "failures_heldout16", "failures_heldout17", "failures_heldout18", "failures_heldout19", "failures_heldout20", "failures_heldout21", "failures_heldout22", "failures_heldout23", "failures_heldout24", "failures_heldout25", "failures_heldout26", "failures_heldout27", "failures_heldout28", "failures_heldout29", "failures_heldout30", "failures_heldout31", "failures_heldout32", "failures_heldout33", "failures_heldout34", "failures_heldout35", "failures_heldout36", "failures_heldout37", "failures_heldout38", "failures_heldout39", "failures_heldout40", "failures_heldout41", "failures_heldout42", "failures_heldout43", "failures_heldout44", "failures_heldout45", "failures_heldout46", "failures_heldout47", "failures_heldout48") for p in sorted((DATA / d).glob("*.json"))]
+CASES = [p for d in ("failures", "failures_heldout", "failures_heldout2", "failures_heldout3", "failures_heldout4", "failures_heldout5", "failures_heldout6", "failures_heldout7", "failures_heldout8", "failures_heldout9", "failures_heldout10", "failures_heldout11", "failures_heldout12", "failures_heldout13", "failures_heldout14", "failures_heldout15", "failures_heldout16", "failures_heldout17", "failures_heldout18", "failures_heldout19", "failures_heldout20", "failures_heldout21", "failures_heldout22", "failures_heldout23", "failures_heldout24", "failures_heldout25", "failures_heldout26", "failures_heldout27", "failures_heldout28", "failures_heldout29", "failures_heldout30", "failures_heldout31", "failures_heldout32", "failures_heldout33", "failures_heldout34", "failures_heldout35", "failures_heldout36", "failures_heldout37", "failures_heldout38", "failures_heldout39", "failures_heldout40", "failures_heldout41", "failures_heldout42", "failures_heldout43", "failures_heldout44", "failures_heldout45", "failures_heldout46", "failures_heldout47", "failures_heldout48", "failures_heldout49") for p in sorted((DATA / d).glob("*.json"))]
 
 
 def run(lines, keep=None) -> dict:
@@ -720,6 +720,37 @@ def test_class_hints_for_uncatalogued_messages():
     assert run(["AssertionError: 250682 is not divisible by 8"])["cause_class"] == "parallel"
     assert run(["`AssertionError: Speculative decoding is not supported with Ray.`"])["cause_class"] == "config"
     assert run(["ValueError: Currently, MiniCPMV only supports versions 2.0, 2.5, and 2.6"])["cause_class"] == "arch"
+
+
+def test_an_op_namespace_of_the_extension_that_did_not_load_makes_its_import_warning_the_cause():
+    warn = ("WARNING 12-03 10:10:58 [_logger.py:72] Failed to import from vllm._C with ImportError(\"/lib/x86_64-linux-gnu/"
+            "libstdc++.so.6: version `GLIBCXX_3.4.32' not found (required by /opt/v/lib/python3.11/site-packages/vllm/_C.abi3.so)\")")
+    tb = ["ERROR 12-03 10:11:13 [core.py:718] EngineCore failed to start.",
+          "ERROR 12-03 10:11:13 [core.py:718] Traceback (most recent call last):",
+          'ERROR 12-03 10:11:13 [core.py:718]   File "/opt/v/vllm/v1/worker/cpu_worker.py", line 68, in init_device',
+          "ERROR 12-03 10:11:13 [core.py:718]     ret = torch.ops._C_utils.init_cpu_threads_env(self.local_omp_cpuid)"]
+    r = run([warn, *tb, "ERROR 12-03 10:11:13 [core.py:718] AttributeError: '_OpNamespace' '_C_utils' object has no "
+                         "attribute 'init_cpu_threads_env'"])
+    assert r["cause_line"] == 1 and "GLIBCXX_3.4.32" in r["cause_text"]
+    # the namespaces _C's binary registers are named after it; another extension's (_moe_C) and a longer name are not
+    from kvlogdiag.extract.failures import _names_module
+    assert _names_module("'_OpNamespace' '_C_cpu' object has no attribute 'mla_decode_kvcache'", "vllm._C")
+    assert _names_module("torch.ops._C_cache_ops.reshape_and_cache(key, value)", "vllm._C")
+    assert not _names_module("'_OpNamespace' '_moe_C' object has no attribute 'topk_softmax'", "vllm._C")
+    assert not _names_module("'_OpNamespace' '_Cx' object has no attribute 'f'", "vllm._C")
+
+
+def test_a_class_hint_of_a_code_path_brings_its_own_fix():
+    frames = ["Traceback (most recent call last):",
+              '  File "/opt/v/vllm/utils/ompmultiprocessing.py", line 154, in _parse_omp_threads_bind_env',
+              "    self.cpu_lists = [cr_utils.parse_id_list(s) for s in omp_cpuids_list]",
+              '  File "/opt/v/vllm/utils/cpu_resource_utils.py", line 114, in parse_id_list',
+              '    start, end = map(int, part.split("-"))']
+    r = run([*frames, "ValueError: invalid literal for int() with base 10: 'cores'"])
+    assert r["cause_class"] == "config" and "VLLM_CPU_OMP_THREADS_BIND" in r["fix"]
+    # the same Python error elsewhere: no class, and no borrowed fix
+    r = run([frames[0], frames[3], frames[4], "ValueError: invalid literal for int() with base 10: 'cores'"])
+    assert r["cause_class"] == "unknown" and "VLLM_CPU_OMP_THREADS_BIND" not in r["fix"]
 
 
 def test_a_wrapper_relaying_a_validation_error_gives_the_item_as_the_cause():

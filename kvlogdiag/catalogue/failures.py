@@ -190,6 +190,9 @@ class FailureCatalogue:
             (x["class"], recache.compile(x["message"]) if "message" in x else None,
              recache.compile(x["frames"]) if "frames" in x else None)
             for x in data.get("class_hint", [])]
+        # a hint's own fix, for a code path whose message names nothing an operator can act on (Python's int() parse
+        # error raised while reading an environment variable)
+        self._hint_fixes: list[str | None] = [x.get("fix") for x in data.get("class_hint", [])]
 
     def keywords(self) -> tuple[str, ...]:
         return tuple(self._by_kw)
@@ -218,14 +221,18 @@ class FailureCatalogue:
 
     def class_hint(self, message: str, frames: list[str]) -> str | None:
         """The class an uncatalogued exception's message or traceback frames (innermost first) imply."""
-        for cls, msg_rx, _ in self.class_hints:
+        return self.class_hint_fix(message, frames)[0]
+
+    def class_hint_fix(self, message: str, frames: list[str]) -> tuple[str | None, str | None]:
+        """The class an uncatalogued exception's message or frames imply, and the fix of the hint that says so."""
+        for i, (cls, msg_rx, _) in enumerate(self.class_hints):
             if msg_rx is not None and msg_rx.search(message):
-                return cls
+                return cls, self._hint_fixes[i]
         for frame in frames:
-            for cls, _, frame_rx in self.class_hints:
+            for i, (cls, _, frame_rx) in enumerate(self.class_hints):
                 if frame_rx is not None and frame_rx.search(frame):
-                    return cls
-        return None
+                    return cls, self._hint_fixes[i]
+        return None, None
 
     def is_echo(self, text: str) -> bool:
         return any(rx.search(text) for rx in self.echo)

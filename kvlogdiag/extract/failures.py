@@ -458,9 +458,15 @@ def _own_binary(text: str, module: str) -> bool:
 
 
 def _names_module(text: str, module: str) -> bool:
-    """Whether an error names the module (``vllm._C``) or its op namespace (``'_C'``, ``_C::``)."""
+    """Whether an error names the module (``vllm._C``) or one of its op namespaces (``'_C'``, ``_C::``, ``'_C_utils'``)."""
     leaf = module.rsplit(".", 1)[-1]
-    return module in text or f"'{leaf}'" in text or f"{leaf}::" in text or f"ops.{leaf}." in text or f"'{leaf}." in text
+    if module in text or f"'{leaf}'" in text or f"{leaf}::" in text or f"ops.{leaf}." in text or f"'{leaf}." in text:
+        return True
+    # one extension registers several op namespaces named after itself: vLLM's CPU _C.abi3.so defines _C, _C_utils,
+    # _C_cache_ops, _C_cpu (csrc/cpu/torch_bindings.cpp, TORCH_LIBRARY_EXPAND(CONCAT(TORCH_EXTENSION_NAME, _utils), ...)),
+    # and when it does not load, vllm 0.10.2 v1/worker/cpu_worker.py:68 `torch.ops._C_utils.init_cpu_threads_env` fails
+    # with "'_OpNamespace' '_C_utils' object has no attribute 'init_cpu_threads_env'"
+    return re.search(rf"(?:'|\bops\.){re.escape(leaf)}_[a-z]\w*(?:'|\.|::)|\b{re.escape(leaf)}_[a-z]\w*::", text) is not None
 
 
 class _Candidate:
@@ -1252,11 +1258,14 @@ class StartupTracker:
             else:
                 src = harvested_source(c.text)
                 cls = c.generic_class
+                hint = hint_fix = None
                 if cls in ("unknown", "config"):
-                    hint = self.cat.class_hint(c.text, c.frames)
+                    hint, hint_fix = self.cat.class_hint_fix(c.text, c.frames)
                     # a pydantic validation error stays config unless its words name a narrower class outright
                     cls = hint or cls if cls == "unknown" else (hint if hint in ("quant", "dtype", "parallel", "arch")
                                                                 and c.exception == "ValidationError" else cls)
+                    if cls != hint:
+                        hint_fix = None
                 if cls == "kernel" and c.frames and _VLLM_SUBMODULE_MISSING.search(c.text) \
                         and not _VLLM_PACKAGE_FRAME.search(c.frames[0]):
                     # vLLM's own module missing, imported by a plugin or a program (the innermost frame is not vLLM's
@@ -1287,7 +1296,8 @@ class StartupTracker:
                             cls = lib[1]
                 out.update(cause_id="config_validation" if c.generic_class == "config" else "uncatalogued",
                            cause_class=cls,
-                           fix=("Correct the setting the message names." if cls == "config"
+                           fix=(hint_fix if hint_fix and cls == hint
+                                else "Correct the setting the message names." if cls == "config"
                                 else "Not a catalogued start-up failure: read the exception at the cause line "
                                      "and the traceback above it."))
             nv = self._native
