@@ -42,6 +42,29 @@ def test_every_class_is_known_and_ids_unique():
     assert len({e.id for e in CAT.entries}) == len(CAT.entries)
 
 
+KEYS = {
+    "failure": {"id", "class", "keywords", "patterns", "fix", "samples", "harvest", "harvest_numbers", "links", "extra",
+                "explains", "recovered", "warning_forms"},
+    "class_hint": {"class", "message", "frames", "fix"},
+    "echo": {"regex"}, "recovered": {"regex"}, "death": {"regex"},
+}
+
+
+def test_catalogue_sections_and_keys_are_known():
+    """A misspelt key (``frame =`` for ``frames =``) would be ignored silently: every section and key is one the
+    loader reads, and a class hint says something (a message or frames)."""
+    from kvlogdiag import tomlcache
+    from kvlogdiag.catalogue.failures import CATALOGUE_FILE
+
+    with open(CATALOGUE_FILE, "rb") as fh:
+        data = tomlcache.loads(fh.read().decode("utf-8"))
+    assert set(data) <= set(KEYS), set(data) - set(KEYS)
+    for section, items in data.items():
+        for item in items:
+            assert set(item) <= KEYS[section], f"[[{section}]] {item.get('id', item.get('class'))}: {set(item) - KEYS[section]}"
+    assert all("message" in h or "frames" in h for h in data["class_hint"])
+
+
 def test_fix_placeholders_are_numbers_of_the_entry():
     for e in CAT.entries:
         names = set(re.findall(r"\{(\w+)\}", e.fix))
