@@ -21,7 +21,7 @@ from kvlogdiag.extract.failures import MAX_ECHOES, WINDOW, StartupTracker
 from kvlogdiag.input.reader import detect_hard_wrap, iter_lines, make_line, open_input, unwrap_lines
 
 DATA = Path(__file__).parent / "data"
-CASES = [p for d in ("failures", "failures_heldout", "failures_heldout2", "failures_heldout3", "failures_heldout4", "failures_heldout5", "failures_heldout6", "failures_heldout7", "failures_heldout8", "failures_heldout9", "failures_heldout10", "failures_heldout11", "failures_heldout12", "failures_heldout13", "failures_heldout14", "failures_heldout15", "failures_heldout16", "failures_heldout17", "failures_heldout18", "failures_heldout19", "failures_heldout20", "failures_heldout21", "failures_heldout22", "failures_heldout23", "failures_heldout24", "failures_heldout25", "failures_heldout26", "failures_heldout27", "failures_heldout28", "failures_heldout29", "failures_heldout30", "failures_heldout31", "failures_heldout32", "failures_heldout33", "failures_heldout34", "failures_heldout35", "failures_heldout36", "failures_heldout37", "failures_heldout38", "failures_heldout39", "failures_heldout40", "failures_heldout41", "failures_heldout42", "failures_heldout43", "failures_heldout44", "failures_heldout45", "failures_heldout46", "failures_heldout47", "failures_heldout48", "failures_heldout49") for p in sorted((DATA / d).glob("*.json"))]
+CASES = [p for d in ("failures", "failures_heldout", "failures_heldout2", "failures_heldout3", "failures_heldout4", "failures_heldout5", "failures_heldout6", "failures_heldout7", "failures_heldout8", "failures_heldout9", "failures_heldout10", "failures_heldout11", "failures_heldout12", "failures_heldout13", "failures_heldout14", "failures_heldout15", "failures_heldout16", "failures_heldout17", "failures_heldout18", "failures_heldout19", "failures_heldout20", "failures_heldout21", "failures_heldout22", "failures_heldout23", "failures_heldout24", "failures_heldout25", "failures_heldout26", "failures_heldout27", "failures_heldout28", "failures_heldout29", "failures_heldout30", "failures_heldout31", "failures_heldout32", "failures_heldout33", "failures_heldout34", "failures_heldout35", "failures_heldout36", "failures_heldout37", "failures_heldout38", "failures_heldout39", "failures_heldout40", "failures_heldout41", "failures_heldout42", "failures_heldout43", "failures_heldout44", "failures_heldout45", "failures_heldout46", "failures_heldout47", "failures_heldout48", "failures_heldout49", "failures_heldout50") for p in sorted((DATA / d).glob("*.json"))]
 
 
 def run(lines, keep=None) -> dict:
@@ -751,6 +751,34 @@ def test_a_class_hint_of_a_code_path_brings_its_own_fix():
     # the same Python error elsewhere: no class, and no borrowed fix
     r = run([frames[0], frames[3], frames[4], "ValueError: invalid literal for int() with base 10: 'cores'"])
     assert r["cause_class"] == "unknown" and "VLLM_CPU_OMP_THREADS_BIND" not in r["fix"]
+
+
+def test_an_exception_in_vllms_environment_table_names_the_variable():
+    tb = ["Traceback (most recent call last):",
+          '  File "/opt/v/lib/python3.11/site-packages/vllm/envs.py", line 1110, in __getattr__',
+          "    return environment_variables[name]()",
+          '  File "/opt/v/lib/python3.11/site-packages/vllm/envs.py", line 640, in <lambda>',
+          '    "VLLM_ENGINE_ITERATION_TIMEOUT_S": lambda: int(']
+    r = run([*tb, "ValueError: invalid literal for int() with base 10: '60s'"])
+    assert r["cause_class"] == "config" and r["details"]["env_var"] == "VLLM_ENGINE_ITERATION_TIMEOUT_S"
+    assert "VLLM_ENGINE_ITERATION_TIMEOUT_S" in r["fix"]
+    # raised under __getattr__ itself (not a variable's own lambda): no variable is named
+    r = run([*tb[:3], "KeyError: 'VLLM_FOO'"])
+    assert "env_var" not in r["details"]
+
+
+def test_two_failures_one_of_them_the_extension_that_did_not_load():
+    warn = ("WARNING 12-03 10:39:09 [_custom_ops.py:21] Failed to import from vllm._C with ImportError(\"/lib/x86_64-linux-gnu/"
+            "libstdc++.so.6: version `GLIBCXX_3.4.32' not found (required by /opt/v/lib/python3.11/site-packages/vllm/_C.abi3.so)\")")
+    api = ["Traceback (most recent call last):", '  File "/opt/v/bin/vllm", line 8, in <module>',
+           '  File "/opt/v/lib/python3.11/site-packages/transformers/tokenization_utils_base.py", line 2046, in from_pretrained',
+           "OSError: Can't load tokenizer for '/srv/m'. Otherwise, make sure '/srv/m' is the correct path to a directory containing all relevant files for a Qwen2TokenizerFast tokenizer."]
+    engine = "ERROR 12-03 10:39:37 [engine.py:448] AttributeError: '_OpNamespace' '_C' object has no attribute 'silu_and_mul'"
+    r = run([warn, *api, engine])
+    assert r["cause_line"] == 1
+    # without the engine's failure naming _C, the API server's own failure stays the cause
+    r = run([warn, *api])
+    assert r["cause_line"] == 5
 
 
 def test_a_wrapper_relaying_a_validation_error_gives_the_item_as_the_cause():

