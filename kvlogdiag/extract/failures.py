@@ -52,6 +52,8 @@ _EXC = recache.compile(r"^(?P<exc>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Excepti
 # a traceback pasted on one line (newlines lost): its last qualified exception starts the error
 _INLINE_EXC = recache.compile(r"\s((?:[a-z_][a-z0-9_]*\.)+[A-Z]\w*(?:Error|Exception)\w*: )")
 _VALIDATION = recache.compile(r"(?<!\d)(?P<count>\d+) validation errors? for (?P<config>\w+)")
+# the line of a pydantic error's field location ("kv_role", "compilation_config.level", "items.0")
+_PYDANTIC_LOC = recache.compile(r"[A-Za-z_][\w-]*(?:\.[\w-]+)*")
 _PYDANTIC_ITEM = recache.compile(r"^(?:Value error, (?P<value_error>.*)|(?P<item>.*\[type=[\w.]+.*))$")
 _PID = recache.compile(r"\((?P<name>[^()]*?) pid=(?P<pid>\d+)")
 # the API server logs "Starting vLLM API server [%d ]on %s" inside `async with build_async_engine_client(...)`, after
@@ -430,7 +432,8 @@ _UNEXPECTED_KW = recache.compile(r"got an unexpected keyword argument '([\w-]+)'
 # `"VLLM_ENGINE_ITERATION_TIMEOUT_S": lambda: int(os.environ.get(...))`): an exception raised in one of them is that
 # variable's value, and the traceback's source line under the innermost frame names it
 _ENVS_LAMBDA_FRAME = recache.compile(r'^File "(?:[^"]*[/\\])?vllm[/\\]envs\.py", line \d+, in <lambda>$')
-_ENVS_LAMBDA_SOURCE = recache.compile(r'^"(?P<var>[A-Z][A-Z0-9_]+)":\s*lambda\b')
+_ENVS_LAMBDA_SOURCE = recache.compile(r'^"(?P<var>[A-Z][A-Z0-9_]+)":\s*lambda\b'
+                                     r'|\bos\.(?:getenv|environ\.get)\(\s*"(?P<var2>[A-Z][A-Z0-9_]+)"|\bos\.environ\[\s*"(?P<var3>[A-Z][A-Z0-9_]+)"')
 _TORCH_RANK = recache.compile(r"^\[rank(\d+)\]:")
 # ... behind what a paste or a log collector puts before the rank's line: a Markdown code span's backtick(s), or the
 # RFC 3339 timestamp `docker logs --timestamps` writes (2024-07-31T17:09:32.375215459+08:00)
@@ -472,8 +475,8 @@ def _env_variable_of(c: "_Candidate") -> str | None:
     for i, t in enumerate(tail):
         if t == c.frames[0].strip():
             for nxt in tail[i + 1:i + 3]:
-                if (m := _ENVS_LAMBDA_SOURCE.match(nxt)) is not None:
-                    return m.group("var")
+                if (m := _ENVS_LAMBDA_SOURCE.search(nxt)) is not None:
+                    return m.group("var") or m.group("var2") or m.group("var3")
     return None
 
 
@@ -522,6 +525,7 @@ class StartupTracker:
         self._headless: set[str | None] = set()  # open tracebacks the excerpt starts inside (frames, no header)
         self._cut_top: tuple[int, str | None] | None = None  # the first traceback shown without its header line
         self._validation: dict[str | None, str] = {}  # process → config class of an open pydantic block
+        self._pyd_loc: tuple[int, str] | None = None  # (line, field) of the location line under an argument's pydantic header
         self.cause: _Candidate | None = None
         self.echoes: list[dict] = []
         self.echo_count = 0
@@ -531,6 +535,7 @@ class StartupTracker:
         self.served_line = 0  # a line showing the server was up (startup complete, stats)
         self.runtime_line = 0  # first traceback frame of the running engine loop (a runtime crash)
         self.last_line = 0
+        self._prev_line = 0  # the number of the line fed before the last one
         self.last_unterminated = False
         self.lifespan_line = 0  # uvicorn's "Application startup complete": up, unless binding the port fails next
         self._pyd_wrap: tuple[int, str | None, _Candidate] | None = None  # a pydantic item broken over lines
@@ -568,6 +573,7 @@ class StartupTracker:
     # -- feeding -------------------------------------------------------------------------------
 
     def feed(self, line: Line) -> None:
+        self._prev_line = self.last_line
         self.last_line = line.number
         self.last_unterminated = line.unterminated
         text = line.text
@@ -899,12 +905,22 @@ class StartupTracker:
                 self._set_cause(line, proc, (im.group("value_error") or im.group("item")).strip(), None, "ValidationError",
                                 "config", {"config_class": wv[3], "relayed_by": wv[0].text[:200]}, tb)
                 return
-        if c0 is not None and c0.line == line.number - 1 and c0.process == proc and _VALIDATION.search(c0.text):
+        if c0 is not None and c0.process == proc and (c0.line == line.number - 1 or c0.line == line.number - 2 and (
+                self._pyd_loc is not None and self._pyd_loc[0] == line.number - 1 or self._prev_line == c0.line)) \
+                and _VALIDATION.search(c0.text):
+            # (the location line between them may not have been read at all: the prefilter passes no bare field name)
             # "vllm serve: error: argument --x: 1 validation error for CompilationConfig" and, on the next
-            # line, the item pydantic says is wrong: the item is what the operator must correct
+            # line, the item pydantic says is wrong: the item is what the operator must correct. pydantic prints
+            # an item of a field (a literal_error: "Input should be 'kv_producer', 'kv_both' or 'kv_consumer'") under
+            # a line of the field's name (pydantic_core's ValidationError str: `loc` line, then "  msg [type=…]")
             im = _PYDANTIC_ITEM.match(body_s)
             if im:
-                c0.text = f"{c0.text}: {(im.group('value_error') or im.group('item')).strip()}"
+                loc = f"{self._pyd_loc[1]}: " if c0.line == line.number - 2 and self._pyd_loc is not None else ""
+                c0.text = f"{c0.text}: {loc}{(im.group('value_error') or im.group('item')).strip()}"
+                self._pyd_loc = None
+                return
+            if c0.line == line.number - 1 and _PYDANTIC_LOC.fullmatch(body_s.strip()):
+                self._pyd_loc = (line.number, body_s.strip())
                 return
         c0 = self.cause
         if c0 is not None and c0.line == line.number - 1 and c0.process == proc and c0.details.get("cpp_terminate") \
