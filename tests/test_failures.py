@@ -758,20 +758,6 @@ def test_a_class_hint_of_a_code_path_brings_its_own_fix():
     assert r["cause_class"] == "unknown" and "VLLM_CPU_OMP_THREADS_BIND" not in r["fix"]
 
 
-def test_an_exception_in_vllms_environment_table_names_the_variable():
-    tb = ["Traceback (most recent call last):",
-          '  File "/opt/v/lib/python3.11/site-packages/vllm/envs.py", line 1110, in __getattr__',
-          "    return environment_variables[name]()",
-          '  File "/opt/v/lib/python3.11/site-packages/vllm/envs.py", line 640, in <lambda>',
-          '    "VLLM_ENGINE_ITERATION_TIMEOUT_S": lambda: int(']
-    r = run([*tb, "ValueError: invalid literal for int() with base 10: '60s'"])
-    assert r["cause_class"] == "config" and r["details"]["env_var"] == "VLLM_ENGINE_ITERATION_TIMEOUT_S"
-    assert "VLLM_ENGINE_ITERATION_TIMEOUT_S" in r["fix"]
-    # raised under __getattr__ itself (not a variable's own lambda): no variable is named
-    r = run([*tb[:3], "KeyError: 'VLLM_FOO'"])
-    assert "env_var" not in r["details"]
-
-
 def test_an_argument_validation_item_under_its_field_line_is_the_cause():
     head = "vllm serve: error: argument --kv-transfer-config: 1 validation error for KVTransferConfig"
     item = "  Input should be 'kv_producer', 'kv_both' or 'kv_consumer' [type=literal_error, input_value='kv_sender', input_type=str]"
@@ -785,12 +771,21 @@ def test_an_argument_validation_item_under_its_field_line_is_the_cause():
     assert "Input should be" not in r["cause_text"]
 
 
-def test_an_environment_variable_read_with_getenv_inside_a_lambda_is_named():
+@pytest.mark.parametrize("source, value, var", [
+    # vllm 0.19.1 envs.py:640, the lambda's own line; 0.28.0 :880, os.getenv on the lambda's second line
+    ('    "VLLM_ENGINE_ITERATION_TIMEOUT_S": lambda: int(', "60s", "VLLM_ENGINE_ITERATION_TIMEOUT_S"),
+    ('    int(os.getenv("VLLM_CPU_NUM_OF_RESERVED_CPU", "0"))', "abc", "VLLM_CPU_NUM_OF_RESERVED_CPU"),
+])
+def test_an_exception_in_vllms_environment_table_names_the_variable(source, value, var):
     tb = ["Traceback (most recent call last):",
-          '  File "/opt/v/lib/python3.11/site-packages/vllm/envs.py", line 880, in <lambda>',
-          '    int(os.getenv("VLLM_CPU_NUM_OF_RESERVED_CPU", "0"))']
-    r = run([*tb, "ValueError: invalid literal for int() with base 10: 'abc'"])
-    assert r["cause_class"] == "config" and r["details"]["env_var"] == "VLLM_CPU_NUM_OF_RESERVED_CPU"
+          '  File "/opt/v/lib/python3.11/site-packages/vllm/envs.py", line 1110, in __getattr__',
+          "    return environment_variables[name]()",
+          '  File "/opt/v/lib/python3.11/site-packages/vllm/envs.py", line 640, in <lambda>', source]
+    r = run([*tb, f"ValueError: invalid literal for int() with base 10: '{value}'"])
+    assert r["cause_class"] == "config" and r["details"]["env_var"] == var and var in r["fix"]
+    # raised under __getattr__ itself (not a variable's own lambda): no variable is named
+    r = run([*tb[:3], "KeyError: 'VLLM_FOO'"])
+    assert "env_var" not in r["details"]
 
 
 def test_two_failures_one_of_them_the_extension_that_did_not_load():

@@ -191,7 +191,7 @@ class FailureCatalogue:
              recache.compile(x["frames"]) if "frames" in x else None)
             for x in data.get("class_hint", [])]
         # a hint's own fix, for a code path whose message names nothing an operator can act on (Python's int() parse
-        # error raised while reading an environment variable)
+        # error raised while reading an environment variable); `{env_var}` in it is the variable the traceback names
         self._hint_fixes: list[str | None] = [x.get("fix") for x in data.get("class_hint", [])]
 
     def keywords(self) -> tuple[str, ...]:
@@ -219,12 +219,9 @@ class FailureCatalogue:
                                     any(w.search(text) for w in e.warning_forms))
         return None
 
-    def class_hint(self, message: str, frames: list[str]) -> str | None:
-        """The class an uncatalogued exception's message or traceback frames (innermost first) imply."""
-        return self.class_hint_fix(message, frames)[0]
-
-    def class_hint_fix(self, message: str, frames: list[str]) -> tuple[str | None, str | None]:
-        """The class an uncatalogued exception's message or frames imply, and the fix of the hint that says so."""
+    def class_hint(self, message: str, frames: list[str]) -> tuple[str | None, str | None]:
+        """The class an uncatalogued exception's message or traceback frames (innermost first) imply, and the
+        fix of the hint that says so (None when it has none)."""
         for i, (cls, msg_rx, _) in enumerate(self.class_hints):
             if msg_rx is not None and msg_rx.search(message):
                 return cls, self._hint_fixes[i]

@@ -428,9 +428,8 @@ def split_level(text: str) -> tuple[str | None, str]:
 # an exception's own line (`AttributeError: …`), anywhere after a log head or a process prefix
 _EXC_LINE = recache.compile(r"(?<![\w.])(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception): ")
 _UNEXPECTED_KW = recache.compile(r"got an unexpected keyword argument '([\w-]+)'")
-# vLLM reads its environment variables through a table of lambdas (vllm/envs.py, 0.19.1:640
-# `"VLLM_ENGINE_ITERATION_TIMEOUT_S": lambda: int(os.environ.get(...))`): an exception raised in one of them is that
-# variable's value, and the traceback's source line under the innermost frame names it
+# the variable of a lambda of vllm/envs.py (the class hint `{env_var}` fills): the traceback's source line under the
+# frame, `"VLLM_X": lambda: int(` or, on a lambda's second line, `int(os.getenv("VLLM_X", "0"))`
 _ENVS_LAMBDA_FRAME = recache.compile(r'^File "(?:[^"]*[/\\])?vllm[/\\]envs\.py", line \d+, in <lambda>$')
 _ENVS_LAMBDA_SOURCE = recache.compile(r'^"(?P<var>[A-Z][A-Z0-9_]+)":\s*lambda\b'
                                      r'|\bos\.(?:getenv|environ\.get)\(\s*"(?P<var2>[A-Z][A-Z0-9_]+)"|\bos\.environ\[\s*"(?P<var3>[A-Z][A-Z0-9_]+)"')
@@ -468,15 +467,14 @@ def _own_binary(text: str, module: str) -> bool:
 
 
 def _env_variable_of(c: "_Candidate") -> str | None:
-    """The VLLM_* variable whose reading in vllm/envs.py raised ``c`` (the innermost frame is one of its lambdas)."""
-    if not c.frames or not _ENVS_LAMBDA_FRAME.match(c.frames[0].strip()):
-        return None
+    """The variable whose lambda in vllm/envs.py raised ``c``: the source line under its innermost envs.py lambda frame."""
     tail = [t.strip() for t in c.traceback]
-    for i, t in enumerate(tail):
-        if t == c.frames[0].strip():
+    for i in range(len(tail) - 1, -1, -1):
+        if _ENVS_LAMBDA_FRAME.match(tail[i]):
             for nxt in tail[i + 1:i + 3]:
                 if (m := _ENVS_LAMBDA_SOURCE.search(nxt)) is not None:
                     return m.group("var") or m.group("var2") or m.group("var3")
+            return None
     return None
 
 
@@ -554,7 +552,7 @@ class StartupTracker:
         self._kv_nonpositive: _Candidate | None = None  # "Available KV cache memory: -2.77 GiB"
         self._weak: _Candidate | None = None  # a catalogued cause vLLM logged at WARNING (it waits, then fails)
         # (line of the warning, module) of a _weak import warning, and the first later exception line naming that module
-        self._weak_import: tuple[int, str | None] | None = None
+        self._weak_import: tuple[int, str | None, str | None] | None = None  # (line, module, its last name part)
         self._weak_named: int | None = None
         self._warning_tail = 0  # the line that continues a Python warning ("x.py:7: RuntimeWarning: …:")
         self._error_line: _Candidate | None = None  # vLLM's first ERROR record that states no exception (last resort)
@@ -585,10 +583,10 @@ class StartupTracker:
         if w is not None and self._weak_named is None:
             if self._weak_import is None or self._weak_import[0] != w.line:
                 iw = _IMPORT_WARNING.search(w.text)
-                self._weak_import = (w.line, iw.group("module") if iw is not None and _own_binary(w.text, iw.group("module")) else None)
-            mod = self._weak_import[1]
-            if mod is not None and line.number > w.line and mod.rsplit(".", 1)[-1] in text and _EXC_LINE.search(text) \
-                    and _names_module(text, mod):
+                mod = iw.group("module") if iw is not None and _own_binary(w.text, iw.group("module")) else None
+                self._weak_import = (w.line, mod, mod.rsplit(".", 1)[-1] if mod else None)
+            _, mod, leaf = self._weak_import
+            if leaf is not None and leaf in text and line.number > w.line and _EXC_LINE.search(text) and _names_module(text, mod):
                 self._weak_named = line.number
         if self.lifespan_line:
             # uvicorn runs the app's start-up before it binds the socket (vLLM < 0.6.4 let uvicorn bind):
@@ -1316,7 +1314,7 @@ class StartupTracker:
                 cls = c.generic_class
                 hint = hint_fix = None
                 if cls in ("unknown", "config"):
-                    hint, hint_fix = self.cat.class_hint_fix(c.text, c.frames)
+                    hint, hint_fix = self.cat.class_hint(c.text, c.frames)
                     # a pydantic validation error stays config unless its words name a narrower class outright
                     cls = hint or cls if cls == "unknown" else (hint if hint in ("quant", "dtype", "parallel", "arch")
                                                                 and c.exception == "ValidationError" else cls)
@@ -1350,13 +1348,11 @@ class StartupTracker:
                                             "exception": lib[0]["e"], "library": lib[0]["p"]}
                         if cls == "unknown" and lib[1] is not None:
                             cls = lib[1]
-                env_var = _env_variable_of(c)
-                if env_var is not None:
-                    cls = "config"
-                    hint_fix = (f"The environment variable {env_var} has a value vLLM cannot parse ({c.text.strip()[:120]}): "
-                                f"unset it, or give it a value of the type its default has (vllm/envs.py).")
-                    hint = cls
-                    out["details"] = {**out["details"], "env_var": env_var}
+                if hint_fix and "{env_var}" in hint_fix:
+                    env_var = _env_variable_of(c)
+                    if env_var is not None:
+                        out["details"] = {**out["details"], "env_var": env_var}
+                    hint_fix = hint_fix.replace("{env_var}", env_var or "that vLLM reads there")
                 out.update(cause_id="config_validation" if c.generic_class == "config" else "uncatalogued",
                            cause_class=cls,
                            fix=(hint_fix if hint_fix and cls == hint
