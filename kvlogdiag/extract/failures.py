@@ -586,7 +586,7 @@ class StartupTracker:
                 mod = iw.group("module") if iw is not None and _own_binary(w.text, iw.group("module")) else None
                 self._weak_import = (w.line, mod, mod.rsplit(".", 1)[-1] if mod else None)
             _, mod, leaf = self._weak_import
-            if leaf is not None and leaf in text and line.number > w.line and _EXC_LINE.search(text) and _names_module(text, mod):
+            if leaf is not None and leaf in text and line.number > w.line and _EXC_LINE.search(text) and mod is not None and _names_module(text, mod):
                 self._weak_named = line.number
         if self.lifespan_line:
             # uvicorn runs the app's start-up before it binds the socket (vLLM < 0.6.4 let uvicorn bind):
