@@ -93,11 +93,6 @@ def read_like_analyze(path: Path) -> dict:
 
 # known misses (docs/failures.md)
 KNOWN_MISSES = {
-    # round 51 (session 13, blind; after tuning): a LoRA adapter the worker cannot open, raised in WorkerProc's busy loop
-    # (read as a running engine's error), and uvicorn's ssl key file missing after "Starting vLLM API server" (read as
-    # a server that came up): both are failed starts the tracker does not see
-    "r51_06_lora_module_path_missing",
-    "r51_14_ssl_keyfile_missing",
     # a label that predates the class definitions (docs/failures.md "Labels that predate the definitions")
     "r15_06_flagos_plugin_ascend910_libtorch_npu_missing",
     # round 46 (session 10, blind; after tuning): logs that end mid-start without any failure shown, a TCPStore retry loop
@@ -640,7 +635,74 @@ def test_request_ids_and_dead_engine_errors_mean_the_server_was_serving():
     r = run(["(APIServer pid=1) ERROR 02-05 16:55:27 [serving_chat.py:1333] vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue."])
     assert not r["failed"]
     r = run([EC + HEAD + "Invocation of collective_rpc method failed", EC + HEAD + "Traceback (most recent call last):"])
-    assert not r["failed"]
+    assert not r["failed"] and r["runtime_crash_line"] == 1
+
+
+_LORA_WORKER = [
+    "(Worker pid=7) ERROR 12-03 10:32:45 [multiproc_executor.py:1047] Traceback (most recent call last):",
+    "(Worker pid=7) ERROR 12-03 10:32:45 [multiproc_executor.py:1047] FileNotFoundError: [Errno 2] No such file or "
+    "directory: '/adapters/sql-lora/adapter_config.json'",
+    "(EngineCore pid=6) ERROR 12-03 10:32:45 [core.py:1581] Invocation of add_lora method failed",
+    "(EngineCore pid=6) ERROR 12-03 10:32:45 [core.py:1581] Traceback (most recent call last):",
+    "(EngineCore pid=6) ERROR 12-03 10:32:45 [core.py:1581] RuntimeError: Worker failed with error 'Loading lora sql "
+    "failed: No adapter found for /adapters/sql-lora', please check the stack trace above for the root cause",
+]
+
+
+def test_a_failed_utility_call_of_the_api_servers_start_up_is_a_failed_start():
+    # init_app_state loads the --lora-modules through the engine core's add_lora before the server serves
+    # (vllm 0.28.0 entrypoints/openai/api_server.py:388, :655): its traceback through init_app_state makes the
+    # utility call's failure a start-up's, and the worker's error, stated first, the cause
+    r = run(_LORA_WORKER + [
+        "(APIServer pid=5) Traceback (most recent call last):",
+        '(APIServer pid=5)   File "/venv/lib/python3.11/site-packages/vllm/entrypoints/openai/api_server.py", line 388, in init_app_state',
+        "(APIServer pid=5)     await state.openai_serving_models.init_static_loras()",
+        "(APIServer pid=5) ValueError: Loading lora sql failed: No adapter found for /adapters/sql-lora",
+    ])
+    assert r["failed"] and r["cause_line"] == 2 and r["cause_id"] == "lora_adapter_not_found" and r["cause_class"] == "config"
+    assert r["process"] == "Worker pid=7" and "--lora-modules" in r["fix"] and r["runtime_crash_line"] is None
+    # near miss: the same failure with no start-up frame after it is a running server's (a load_lora_adapter request)
+    r = run(_LORA_WORKER)
+    assert not r["failed"] and r["cause_line"] is None and r["runtime_crash_line"] == 3
+    r = run(_LORA_WORKER + ["(APIServer pid=5) ERROR 12-03 10:32:46 [serving_models.py:1] Loading lora sql failed"])
+    assert not r["failed"] and r["runtime_crash_line"] == 3
+
+
+_SSL_TB = [
+    "(APIServer pid=5) Traceback (most recent call last):",
+    '(APIServer pid=5)   File "/venv/lib/python3.11/site-packages/vllm/entrypoints/launcher.py", line 76, in serve_http',
+    "(APIServer pid=5)     config.load()",
+    '(APIServer pid=5)   File "/venv/lib/python3.11/site-packages/uvicorn/config.py", line 482, in load',
+    "(APIServer pid=5)     self.ssl = create_ssl_context(",
+    "(APIServer pid=5)                ^^^^^^^^^^^^^^^^^^^",
+    '(APIServer pid=5)   File "/venv/lib/python3.11/site-packages/uvicorn/config.py", line 131, in create_ssl_context',
+    "(APIServer pid=5)     ctx.load_cert_chain(certfile, keyfile, get_password)",
+    "(APIServer pid=5) FileNotFoundError: [Errno 2] No such file or directory",
+]
+_STARTING = "(APIServer pid=5) INFO 12-03 10:38:38 [api_server.py:500] Starting vLLM API server 0 on https://127.0.0.1:8771"
+
+
+def test_a_traceback_through_uvicorns_config_load_after_starting_is_a_failed_start():
+    # serve_http loads uvicorn's Config (the --ssl-* files) after "Starting vLLM API server" and before uvicorn
+    # starts (vllm 0.17.1 entrypoints/launcher.py:76; uvicorn 0.55.0 config.py:482 → create_ssl_context :131)
+    r = run([_STARTING] + _SSL_TB)
+    assert r["failed"] and r["cause_line"] == 10 and r["cause_class"] == "config" and "--ssl-keyfile" in r["fix"]
+    assert r["process"] == "APIServer pid=5" and r["served_line"] is None
+    # serve_http lists its routes first (0.17.1 launcher.py:38-58): the same start failing
+    routes = ["(APIServer pid=5) INFO 12-03 10:38:38 [launcher.py:38] Available routes are:",
+              "(APIServer pid=5) INFO 12-03 10:38:38 [launcher.py:47] Route: /docs, Methods: GET, HEAD"]
+    r = run([_STARTING] + routes + _SSL_TB)
+    assert r["failed"] and r["cause_line"] == 12 and r["cause_class"] == "config"
+    # near misses: a traceback without Config.load after the line, or any traceback after uvicorn's own
+    # "Application startup complete", is a running server's
+    other = [_SSL_TB[0], _SSL_TB[1], _SSL_TB[2], "(APIServer pid=5) KeyError: 'x'"]
+    r = run([_STARTING] + other)
+    assert not r["failed"] and r["served_line"] == 1
+    r = run(["(APIServer pid=5) INFO:     Application startup complete."] + _SSL_TB)
+    assert not r["failed"] and r["served_line"] == 1
+    # a traceback cut before its frames show Config.load stays the server's that was starting up as before
+    r = run([_STARTING] + _SSL_TB[:3])
+    assert not r["failed"] and r["served_line"] == 1
 
 
 # --- round-9 shapes -----------------------------------------------------------------------------

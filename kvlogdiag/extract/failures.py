@@ -158,9 +158,9 @@ _RUNTIME_MARKERS = ("EngineCore encountered a fatal error", "AsyncLLM output_han
                     # "Exception in worker %s while processing method %s." (multiproc_worker_utils.py:240) or
                     # Ray's "Error executing method 'start_worker_execution_loop'" (worker_base.py:620)
                     "start_worker_execution_loop")
-# ... and lines about a request (an id the OpenAI server gives it, "for request <id>"), or the engine core
-# failing a utility call (vllm 0.11.2 vllm/v1/engine/core.py:918 "Invocation of %s method failed")
-_RUNTIME_LINE = recache.compile(r"\b(?:chatcmpl|cmpl|embd)-[0-9a-f]{8}|\bfor request (?:chatcmpl|cmpl|[\w-]{12,})|\bInvocation of \w+ method failed"
+# ... and lines about a request (an id the OpenAI server gives it, "for request <id>"); the engine core failing a
+# utility call (vllm 0.11.2 vllm/v1/engine/core.py:918 "Invocation of %s method failed") is `_UTILITY_FAILED`
+_RUNTIME_LINE = recache.compile(r"\b(?:chatcmpl|cmpl|embd)-[0-9a-f]{8}|\bfor request (?:chatcmpl|cmpl|[\w-]{12,})"
                                 # one request's prompt longer than max_model_len (vllm/v1/engine/processor.py input validation)
                                 r"|\bprompt \(length \d+\) is longer than the maximum model length"
                                 # NIXL's handshake with a remote engine runs in the background for a request's KV load
@@ -175,6 +175,16 @@ _RUNTIME_LINE = recache.compile(r"\b(?:chatcmpl|cmpl|embd)-[0-9a-f]{8}|\bfor req
                                 r"transfer_exception|notification_failed|transfer_setup_failed)\b")
 # an ERROR logged by the OpenAI server's request handlers (vllm/entrypoints/openai/serving_*.py): a request
 # was being served
+# the engine core logging a failed utility call (vllm 0.28.0 v1/engine/core.py:1581 `_invoke_utility_method`,
+# logger.exception("Invocation of %s method failed", name)); the API server makes such calls while it starts:
+# init_app_state → OpenAIServingModels.init_static_loras → add_lora (0.10.2 entrypoints/openai/api_server.py:1751,
+# called at :1969 before "Starting vLLM API server" and serve_http; 0.14.1 :1049/:1344; 0.28.0 :388/:655)
+_UTILITY_FAILED = recache.compile(r"\bInvocation of \w+ method failed")
+_APP_STATE_FRAME = recache.compile(r'File "[^"]*", line \d+,? in init_app_state\b')
+# uvicorn's Config.load, run once before the server starts (uvicorn 0.55.0 config.py:482; server.py _serve loads
+# a Config not loaded yet): a traceback through it after "Starting vLLM API server" is the HTTP server failing to start
+_UVICORN_LOAD_FRAME = recache.compile(r'File "[^"]*/uvicorn/config\.py", line \d+,? in load\b')
+_HTTP_TB_LINES = 200
 _SERVING_HEAD = recache.compile(r"(?:ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?serving_\w+\.py:\d+\]")
 # ANSI colours and CR written out as text by log exporters (CloudWatch / syslog `#033[..m`, `#015`; `^[[..m`)
 _LITERAL_ESC = recache.compile(r"#033\[[0-9;]*[A-Za-z]|\^\[\[[0-9;]*[A-Za-z]|#015$")
@@ -536,6 +546,10 @@ class StartupTracker:
         self._prev_line = 0  # the number of the line fed before the last one
         self.last_unterminated = False
         self.lifespan_line = 0  # uvicorn's "Application startup complete": up, unless binding the port fails next
+        self._http_starting = False  # the lifespan line is vLLM's "Starting vLLM API server", not uvicorn's own
+        self._http_tb: list[Line] | None = None  # the lines of a traceback after it, until a frame tells whose it is
+        self._utility_failed = 0  # the engine core's "Invocation of <method> method failed": run time, unless … (below)
+        self._app_state_frame = 0  # … a frame of the API server's init_app_state follows: a start-up's utility call
         self._pyd_wrap: tuple[int, str | None, _Candidate] | None = None  # a pydantic item broken over lines
         self._join_from = 0  # the line number of an uncatalogued cause the next line may continue (a hard wrap)
         self._refine_until = 0  # a wrapper cause (NCCL's "unhandled cuda error") the next lines may state more exactly
@@ -589,14 +603,40 @@ class StartupTracker:
             if leaf is not None and leaf in text and line.number > w.line and _EXC_LINE.search(text) and mod is not None and _names_module(text, mod):
                 self._weak_named = line.number
         if self.lifespan_line:
-            # uvicorn runs the app's start-up before it binds the socket (vLLM < 0.6.4 let uvicorn bind):
-            # only a bind error can still fail the start
-            m = self.cat.match(text)
-            if m is not None and m.entry.cls == "port":
-                self.lifespan_line = 0
-                self._set_cause(line, process_of(line), split_level(text)[1].strip(), m, None, None, {}, None)
-            elif "Uvicorn running on" in text or "Avg prompt throughput" in text or m is None and "ERROR" not in text:
-                self.served_line, self.lifespan_line = self.lifespan_line, 0
+            if self._http_starting:
+                if self._http_tb is not None:
+                    self._http_tb.append(line)
+                    if _UVICORN_LOAD_FRAME.search(text):
+                        # the traceback runs through uvicorn's Config.load: the HTTP server failed to start. Read its
+                        # lines again from the top as a start-up's
+                        replay, self._http_tb = self._http_tb, None
+                        self.lifespan_line, self._http_starting = 0, False
+                        for ln in replay:
+                            self.feed(ln)
+                        return
+                    if len(self._http_tb) <= _HTTP_TB_LINES and text[:1] == " " and process_of(line) == process_of(self._http_tb[0]):
+                        return  # the traceback's frames and source lines go on: they may still show Config.load
+                    # another traceback's end: its lines read as they would have been without the wait
+                    replay, self._http_tb = self._http_tb, None
+                    for ln in replay:
+                        if self.lifespan_line:
+                            self._lifespan_step(ln, ln.text)
+                        else:
+                            self.feed(ln)
+                    return
+                if "Route: " in text or "Available routes are:" in text:
+                    body = split_level(text)[1]
+                    if body.startswith("Route: ") or body.startswith("Available routes are:"):
+                        # serve_http lists the routes before it loads uvicorn's Config (0.17.1 launcher.py:38-58)
+                        return
+                if text.endswith("Traceback (most recent call last):"):
+                    # "Starting vLLM API server" is logged before serve_http builds uvicorn's Config and loads it,
+                    # which reads the --ssl-* files (vllm 0.17.1 entrypoints/launcher.py:76; uvicorn 0.55.0
+                    # config.py:482 → create_ssl_context :131) before uvicorn starts: a traceback through
+                    # Config.load is the start failing; any other is read as before (a running server's)
+                    self._http_tb = [line]
+                    return
+            self._lifespan_step(line, text)
             return
         gm = None
         if text[1:2].isdigit() and text[:1] in "EFW":
@@ -674,6 +714,7 @@ class StartupTracker:
                 self._weak_named = None
                 if "Application startup complete" in text or any(s_ in text for s_ in _HTTP_STARTING):
                     self.lifespan_line = line.number
+                    self._http_starting = "Application startup complete" not in text
                 else:
                     self.served_line = line.number
             return
@@ -681,6 +722,15 @@ class StartupTracker:
             self.runtime_line = line.number  # uvicorn had started: what failed before failed while serving
             self.cause = None
             return
+        if "Invocation of " in text and _UTILITY_FAILED.search(text):
+            # the engine core failing a client's utility call: a running server's, or the API server's own start-up
+            # (init_app_state loads the --lora-modules through add_lora before it serves), told apart by a frame of
+            # init_app_state in the traceback that ends the API server; until then the start-up verdict waits
+            if not self._utility_failed:
+                self._utility_failed = line.number
+            return
+        if self._utility_failed and not self._app_state_frame and "init_app_state" in text and _APP_STATE_FRAME.search(text):
+            self._app_state_frame = line.number
         if any(s in text for s in _RUNTIME_MARKERS) or _RUNTIME_LINE.search(text) \
                 or "serving_" in text and _SERVING_HEAD.search(text, 0, HEAD_WINDOW):
             # the engine was up: what failed (even a cause read a moment ago, e.g. an OOM the fatal-error
@@ -1227,6 +1277,16 @@ class StartupTracker:
             for fn in self.listeners:
                 fn(verdict)
 
+    def _lifespan_step(self, line: Line, text: str) -> None:
+        # uvicorn runs the app's start-up before it binds the socket (vLLM < 0.6.4 let uvicorn bind):
+        # only a bind error can still fail the start
+        m = self.cat.match(text)
+        if m is not None and m.entry.cls == "port":
+            self.lifespan_line = 0
+            self._set_cause(line, process_of(line), split_level(text)[1].strip(), m, None, None, {}, None)
+        elif "Uvicorn running on" in text or "Avg prompt throughput" in text or m is None and "ERROR" not in text:
+            self.served_line, self.lifespan_line = self.lifespan_line, 0
+
     # -- verdict -------------------------------------------------------------------------------
 
     def result(self) -> dict[str, Any]:
@@ -1234,7 +1294,11 @@ class StartupTracker:
         echoes, and ``not_in_excerpt_reason`` when the excerpt shows a failure but not its cause."""
         c = self.cause
         served = self.served_line or self.lifespan_line
-        open_tb = self._failing_tracebacks() if not (served or self.runtime_line) else []
+        runtime_line = self.runtime_line
+        if self._utility_failed and not self._app_state_frame and not (runtime_line and runtime_line < self._utility_failed):
+            # no start-up frame followed the failed utility call: a running server's, its line the first of run time
+            runtime_line, c = self._utility_failed, None
+        open_tb = self._failing_tracebacks() if not (served or runtime_line) else []
         if c is None and open_tb:
             c = self._raise_statement_cause()
         if c is None and open_tb and self._logged_exc is not None:
@@ -1245,7 +1309,7 @@ class StartupTracker:
             # exception is shown, but nothing says it ended a start rather than a running server's step
             open_tb = []
         shown = bool(self.echoes) or bool(self.deaths) or bool(open_tb)
-        if not (served or self.runtime_line):
+        if not (served or runtime_line):
             w = self._weak
             if w is not None and c is None and (iw := _IMPORT_WARNING.search(w.text)) is not None \
                     and _own_binary(w.text, iw.group("module")) \
@@ -1292,14 +1356,14 @@ class StartupTracker:
             if c is not None and nb is not None and nb.line < c.line <= nb.line + NATIVE_LINES \
                     and _NIXL_STATUS.fullmatch(c.text.strip()) and nb.details.get("native_record", "").startswith("UCX "):
                 c = nb  # NIXL's bare status name right after UCX's own ERROR record: UCX's record says what failed
-        failed = c is not None or ((bool(self.echoes) or bool(self.deaths) or bool(open_tb)) and not self.runtime_line)
+        failed = c is not None or ((bool(self.echoes) or bool(self.deaths) or bool(open_tb)) and not runtime_line)
         out: dict[str, Any] = {
             "failed": failed, "cause_id": None, "cause_class": None, "cause_line": None, "cause_text": None,
             "cause_raw": None, "cause_rank": None, "exception": None, "process": None, "numbers": {}, "details": {}, "fix": None,
             "links": [], "versions": None, "traceback_tail": [], "echoes": list(self.echoes),
             "echo_count": self.echo_count, "died": list(self.deaths), "failed_core_procs": self.failed_procs,
             "not_in_excerpt_reason": None, "served_line": served or None, "raised_in": None,
-            "runtime_crash_line": self.runtime_line or None, "evidence": None,
+            "runtime_crash_line": runtime_line or None, "evidence": None,
         }
         if c is not None:
             out.update(cause_line=c.line, cause_text=c.text, cause_raw=c.raw, cause_rank=c.rank, process=c.process,
