@@ -14,6 +14,7 @@ import re
 import pytest
 
 from kvlogdiag.catalogue.failures import catalogue, harvested, library_harvested, library_source, numbers_of, prefilter_keywords
+from kvlogdiag.catalogue.keywords import OverlapPartners, overlap_pairs
 from kvlogdiag.extract.failures import StartupTracker
 from kvlogdiag.input.reader import make_line
 
@@ -28,8 +29,9 @@ def _close(a, b) -> bool:
 def test_samples_match_their_entry(entry):
     assert entry.samples, f"{entry.id} has no sample line"
     for s in entry.samples:
-        m = CAT.match(s["line"])
+        m = CAT.precursor(s["line"]) if entry.precedes else CAT.match(s["line"])
         assert m is not None, f"{entry.id}: sample not matched: {s['line']}"
+        assert entry.precedes or CAT.precursor(s["line"]) is None
         assert m.entry.id == entry.id, f"{s['line']!r} matched {m.entry.id}, not {entry.id}"
         for k, v in s["numbers"].items():
             assert _close(m.numbers.get(k), v), f"{entry.id}: {k}={m.numbers.get(k)} != {v}"
@@ -44,8 +46,8 @@ def test_every_class_is_known_and_ids_unique():
 
 KEYS = {
     "failure": {"id", "class", "keywords", "patterns", "fix", "samples", "harvest", "harvest_numbers", "links", "extra",
-                "explains", "recovered", "warning_forms"},
-    "class_hint": {"class", "message", "frames", "fix"},
+                "explains", "recovered", "warning_forms", "precedes"},
+    "class_hint": {"class", "message", "frames", "fix", "when_frames"},
     "echo": {"regex"}, "recovered": {"regex"}, "death": {"regex"},
 }
 
@@ -221,3 +223,49 @@ def test_an_uncatalogued_library_error_gets_the_class_of_its_module():
     # raised_in names torch; the class is the launch environment's start method (a class hint before the module's
     # torch/cuda → devices: every labeler of the four logs with this message read it as config)
     assert r["failed"] and r["cause_class"] == "config" and r["raised_in"]["library"] == "torch"
+
+
+def test_overlapping_keywords_both_reach_their_entries():
+    """"FP8 KV cache" ends where "KV cache is not supported" begins: a non-overlapping keyword search found only the
+    first, so the Triton entry (dtype_not_supported_on_device) was never tried on its own message."""
+    m = CAT.match("ValueError: FP8 KV cache is not supported by the Triton MLA backend on NVIDIA T4 (compute capability 7.5); "
+                  "native FP8 (fp8e4nv) requires SM89+.")
+    assert m is not None and m.entry.id == "dtype_not_supported_on_device"
+    assert m.numbers.get("compute_capability") == 7.5
+
+
+def test_every_keyword_in_a_line_makes_its_entries_candidates():
+    pairs = overlap_pairs(sorted(CAT._by_kw))
+    assert len(pairs) > 10
+    for a, b, text in pairs:
+        for e in {e.id: e for e in (*CAT._by_kw[a], *CAT._by_kw[b])}.values():
+            # the entry is tried on the line: it is a candidate, so a line holding only its keywords reaches it
+            # (checked through match's candidate set, the first step of match)
+            assert e.id in _candidates(text), (a, b, e.id)
+
+
+def _candidates(text: str) -> set[str]:
+    seen: set[str] = set()
+    orig = CAT.entries
+    tried: list[str] = []
+
+    class _Spy(list):
+        def index(self, e):  # match sorts its candidates by catalogue position: record which ones it sorts
+            tried.append(e.id)
+            return orig.index(e)
+
+    CAT.entries = _Spy(orig)
+    try:
+        CAT.match(text)
+    finally:
+        CAT.entries = orig
+    seen.update(tried)
+    return seen
+
+
+def test_overlap_partners_are_complete():
+    kws = ["Available KV cache memory", "KV cache memory (", "memory (", "cache", "you could try", "try running"]
+    p = OverlapPartners(kws)
+    assert p["Available KV cache memory"] == {" ": (("KV cache memory (", 15), ("memory (", 6)), "o": (("you could try", 1),)}
+    assert p["you could try"] == {" ": (("try running", 3),)}
+    assert p["cache"] == {}

@@ -30,7 +30,10 @@ def test_retried_attempt_is_no_cause_and_no_failure():
              "ERROR 07-01 10:00:04 [repo_utils.py:123] Error parsing config for /m: [Errno 2] No such file",
              "Traceback (most recent call last):", '  File "/v/vllm/transformers_utils/config.py", line 927, in get_config',
              "FileNotFoundError: [Errno 2] No such file", API + ECHO])
-    assert r["failed"] is True and r["cause_line"] == 5  # the last attempt is raised: its exception is the cause
+    # the last attempt is raised, logged first as "<msg>: <e>" right above its traceback (vllm 0.13.0
+    # transformers_utils/repo_utils.py:62-64 `logger.error("%s: %s", log_msg, e)` then `raise`): that record is the
+    # exception's first statement, the exception's text the cause
+    assert r["failed"] is True and r["cause_line"] == 2 and r["cause_text"] == "FileNotFoundError: [Errno 2] No such file"
     # the safetensors probe catches its last attempt too (0.11.0 config.py:984-988)
     assert run(["Error retrieving safetensors: 401 Client Error"])["failed"] is False
     # near miss: the same repo-id error without the retry is the cause

@@ -22,6 +22,7 @@ from functools import lru_cache
 from typing import Any
 
 from kvlogdiag import recache
+from kvlogdiag.catalogue.keywords import OverlapPartners
 
 # paths as text, not pathlib: a small analyze never imports pathlib (with urllib.parse and ipaddress ~3 ms)
 CATALOGUE_FILE = os.path.join(os.path.dirname(__file__), "failures.toml")
@@ -99,6 +100,9 @@ class FailureEntry:
     # vLLM logs the message at ERROR where it recovers (it goes on without the component): like a warning form, a
     # cause only when the start is then seen failing and nothing else states one
     recovered: bool = False
+    # a line vLLM (or a library) only warns with and goes on from, which states the cause of a later failure of one
+    # of these entries: never a cause of its own; when one of them is the cause, this earlier line is
+    precedes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -171,15 +175,26 @@ class FailureCatalogue:
                 harvest_numbers=dict(e.get("harvest_numbers", {})), samples=tuple(e.get("samples", ())),
                 warning_forms=tuple(recache.compile(x) for x in e.get("warning_forms", ())),
                 explains=tuple(e.get("explains", ())), recovered=bool(e.get("recovered", False)),
+                precedes=tuple(e.get("precedes", ())),
             ))
         self.entries: list[FailureEntry] = entries
         self.by_id = {e.id: e for e in entries}
         self.explained = frozenset(x for e in entries for x in e.explains)
+        self.precursors: list[FailureEntry] = [e for e in entries if e.precedes]
+        self.precursor_keywords: tuple[str, ...] = tuple(sorted({k for e in self.precursors for k in e.keywords}))
         kw: dict[str, list[FailureEntry]] = {}
         for e in entries:
+            if e.precedes:
+                continue
             for k in e.keywords:
                 kw.setdefault(k, []).append(e)
         self._by_kw = kw
+        # every keyword found: the search takes the longest keyword at a position, which stands for every keyword it
+        # contains, and a keyword starting inside it and running past it ("KV cache is not supported" after "FP8 KV
+        # cache") is looked for at its place (kvlogdiag.catalogue.keywords)
+        self._kw_entries: dict[str, list[FailureEntry]] = {
+            k: [e for k2, es in kw.items() if k2 in k for e in es] for k in kw}
+        self._kw_partners = OverlapPartners(kw)
         self._kw_re = recache.compile("|".join(re.escape(k) for k in sorted(kw, key=len, reverse=True)))
         self.echo = [recache.compile(x["regex"]) for x in data.get("echo", [])]
         self.deaths = [recache.compile(x["regex"]) for x in data.get("death", [])]
@@ -193,16 +208,27 @@ class FailureCatalogue:
         # a hint's own fix, for a code path whose message names nothing an operator can act on (Python's int() parse
         # error raised while reading an environment variable); `{env_var}` in it is the variable the traceback names
         self._hint_fixes: list[str | None] = [x.get("fix") for x in data.get("class_hint", [])]
+        # a message hint that holds only where one of the traceback's frames is that code (`when_frames`): a resolver
+        # error is the bind address's in the socket bind, the network's elsewhere
+        self._hint_when: list[re.Pattern[str] | None] = [
+            recache.compile(x["when_frames"]) if "when_frames" in x else None for x in data.get("class_hint", [])]
 
     def keywords(self) -> tuple[str, ...]:
-        return tuple(self._by_kw)
+        return tuple(self._by_kw) + tuple(k for k in self.precursor_keywords if k not in self._by_kw)
 
     def match(self, text: str) -> FailureMatch | None:
         """The first catalogued cause ``text`` states (entries in catalogue order), or None."""
         cands: dict[str, FailureEntry] = {}
         for km in self._kw_re.finditer(text):
-            for e in self._by_kw[km.group(0)]:
+            kw = km.group(0)
+            for e in self._kw_entries[kw]:
                 cands.setdefault(e.id, e)
+            if (pp := self._kw_partners[kw]) and (pn := pp.get(text[km.end():km.end() + 1])):
+                end = km.end()
+                for b, n in pn:
+                    if text.startswith(b, end - n):
+                        for e in self._kw_entries[b]:
+                            cands.setdefault(e.id, e)
         for e in sorted(cands.values(), key=self.entries.index):
             for versions, rx in e.patterns:
                 m = rx.search(text)
@@ -219,11 +245,24 @@ class FailureCatalogue:
                                     any(w.search(text) for w in e.warning_forms))
         return None
 
+    def precursor(self, text: str) -> FailureMatch | None:
+        """The precursor entry (``precedes``) ``text`` states, or None (entries in catalogue order)."""
+        for e in self.precursors:
+            for versions, rx in e.patterns:
+                m = rx.search(text)
+                if m is not None:
+                    numbers, details = numbers_of(dict(m.groupdict()))
+                    return FailureMatch(e, versions, numbers, details, m.span(), False)
+        return None
+
     def class_hint(self, message: str, frames: list[str]) -> tuple[str | None, str | None]:
         """The class an uncatalogued exception's message or traceback frames (innermost first) imply, and the
         fix of the hint that says so (None when it has none)."""
         for i, (cls, msg_rx, _) in enumerate(self.class_hints):
             if msg_rx is not None and msg_rx.search(message):
+                when = self._hint_when[i]
+                if when is not None and not any(when.search(f) for f in frames):
+                    continue
                 return cls, self._hint_fixes[i]
         for frame in frames:
             for i, (cls, _, frame_rx) in enumerate(self.class_hints):

@@ -13,6 +13,7 @@ from itertools import repeat
 from typing import Any, Callable
 
 from kvlogdiag import recache
+from kvlogdiag.catalogue.keywords import OverlapPartners
 from kvlogdiag.catalogue.patterns import Pattern, catalogue
 from kvlogdiag.extract import commands
 from kvlogdiag.extract.bounded import FactColumn
@@ -179,7 +180,8 @@ def _dispatch_tables() -> tuple[list[Pattern], dict[str, list[Pattern]], re.Patt
 
     The keyword regex finds non-overlapping matches, longest first, so a keyword that lies inside a
     longer one ("max seq len" in "max seq len (") is never reported on its own: each keyword therefore
-    also dispatches the patterns of every keyword it contains."""
+    also dispatches the patterns of every keyword it contains (and `feed` checks the keywords that start
+    inside a match and run past it, `kvlogdiag.catalogue.keywords`)."""
     global _TABLES
     if _TABLES is None:
         pats = catalogue()
@@ -211,6 +213,17 @@ def _dispatch_tables() -> tuple[list[Pattern], dict[str, list[Pattern]], re.Patt
         kws = sorted(by_kw, key=len, reverse=True)
         _TABLES = (pats, by_kw, recache.compile(_keyword_trie(kws)))
     return _TABLES
+
+
+_PARTNERS: OverlapPartners | None = None
+
+
+def _partners() -> OverlapPartners:
+    """The keywords that overlap each keyword's end (one table per process, filled as keywords are met)."""
+    global _PARTNERS
+    if _PARTNERS is None:
+        _PARTNERS = OverlapPartners(_dispatch_tables()[1])
+    return _PARTNERS
 
 
 def _keyword_trie(words: list[str], depth: int = 2) -> str:
@@ -266,6 +279,7 @@ class Extractor:
         self._last_number = 0
         self.run_listeners: list[Callable[[LogFacts, LogFacts], None]] = []  # (finished run, new run)
         pats, self._by_kw, self._kw_re = _dispatch_tables()
+        self._kw_partners = _partners()
         self._handlers: dict[str, Callable[[re.Match, Line, Fact], None]] = _Handlers(self, pats)
         self._stats = next(p for p in pats if p.name == "stats")
         self.listeners: list[Callable[[str, Fact], None]] = []
@@ -318,7 +332,14 @@ class Extractor:
         seen: set[str] = set()
         matched: set[str] = set()
         for km in self._kw_re.finditer(text):
-            for p in self._by_kw[km.group(0)]:
+            kw = km.group(0)
+            pats = self._by_kw[kw]
+            if (pp := self._kw_partners[kw]) and (pn := pp.get(text[km.end():km.end() + 1])):
+                # a keyword starting inside this one and running past it ("KV cache memory (" after "Available KV
+                # cache memory"): the longer match hid it from the search
+                e = km.end()
+                pats = pats + [p for b, n in pn if text.startswith(b, e - n) for p in self._by_kw[b]]
+            for p in pats:
                 if p.name in seen:
                     continue
                 seen.add(p.name)

@@ -530,6 +530,7 @@ class StartupTracker:
         self.cat = cat or catalogue()
         self._tb: OrderedDict[str | None, deque[tuple[int, str]]] = OrderedDict()  # open tracebacks
         self._tb_level: dict[str | None, str | None] = {}  # the log level of each open traceback
+        self._tb_opened: dict[str | None, int] = {}  # the line each process's latest traceback opened on
         self._headless: set[str | None] = set()  # open tracebacks the excerpt starts inside (frames, no header)
         self._cut_top: tuple[int, str | None] | None = None  # the first traceback shown without its header line
         self._validation: dict[str | None, str] = {}  # process → config class of an open pydantic block
@@ -559,6 +560,8 @@ class StartupTracker:
         self._wrapped_validation: tuple[_Candidate, int, str | None, str] | None = None
         self._device_warning: tuple[int, str] | None = None  # torch's device probe warning (line, text)
         self._hma_off: tuple[int, str] | None = None  # vLLM turning the hybrid KV cache manager off (line, text)
+        # the first line of a precursor entry (catalogue `precedes`): (line, rank, raw, text, process, match)
+        self._precursor: tuple[int, str | None, str, str, str | None, FailureMatch] | None = None
         self._native: tuple[int, str | None, str, str, str | None] | None = None  # a native ERROR record (line, rank, raw, message, process)
         self._native_last = 0  # the last line of the run of native records it starts
         self._native_bare: _Candidate | None = None  # the first native ERROR record (CANN, ROCclr, easylog) as a cause
@@ -702,6 +705,9 @@ class StartupTracker:
                              "is not positive; the excerpt ends before that error"}, None)
         if self._device_warning is None and "Warning: " in text and (dw := _TORCH_DEVICE_WARNING.search(line.raw)):
             self._device_warning = (line.number, dw.group("w").strip())
+        if self._precursor is None and self.cat.precursor_keywords and any(k in text for k in self.cat.precursor_keywords) \
+                and (pm_ := self.cat.precursor(text)) is not None:
+            self._precursor = (line.number, line.rank, line.raw, split_level(text)[1].strip(), process_of(line), pm_)
         if self._hma_off is None and ("ybrid kv cache manager" in text or "ybrid KV cache manager" in text) \
                 and (hm := _HMA_OFF.search(text)):
             self._hma_off = (line.number, hm.group(0).rstrip(". "))
@@ -1226,6 +1232,9 @@ class StartupTracker:
             self._tb.move_to_end(proc)
         self._tb[proc] = deque([(number, text)], maxlen=WINDOW)
         self._tb_level[proc] = level
+        self._tb_opened[proc] = number
+        if len(self._tb_opened) > MAX_PROCESSES:
+            self._tb_opened.pop(next(iter(self._tb_opened)))
         while len(self._tb) > MAX_PROCESSES:
             old, _ = self._tb.popitem(last=False)
             self._tb_level.pop(old, None)
@@ -1256,10 +1265,20 @@ class StartupTracker:
         """The line that first states the exception ``text`` of ``line``: the ERROR record right above it when that
         record's message is the same, else ``line``."""
         pe = self._prev_error
-        if exc is not None and pe is not None and pe[1] == proc and 0 < line.number - pe[4] <= 2 \
-                and text.startswith(exc + ": ") and text[len(exc) + 2:].strip() == pe[3]:
+        if exc is None or pe is None or pe[1] != proc or not text.startswith(exc + ": "):
+            return line
+        msg = text[len(exc) + 2:].strip()
+        if 0 < line.number - pe[4] <= 2 and msg == pe[3]:
             # `logger.exception(e)` (V0's run_mp_engine, vllm 0.7.3 engine/multiprocessing/engine.py:400) logs str(e)
             # first, then the traceback that ends in the exception line: the same cause, stated first by the record
+            return pe[0]
+        opened = self._tb_opened.get(proc)
+        if len(msg) >= 12 and opened is not None and pe[4] < opened < line.number and opened - pe[4] <= 2 \
+                and pe[3].endswith(": " + msg):
+            # "<what failed>: <str(e)>" logged, then the traceback of e (vllm 0.30.0 v1/sample/logits_processor/
+            # __init__.py:134-143 `logger.error("Failed to load %sth LogitsProcessor plugin %s: %s", …, e)` before
+            # `raise RuntimeError(…) from e`; the worker's "WorkerProc failed to start." traceback prints e first):
+            # the record is the same cause, stated first and with what vLLM was doing
             return pe[0]
         return line
 
@@ -1439,6 +1458,16 @@ class StartupTracker:
                 # of the run is the first cause; the class stays the one the later record names
                 out["details"] = {**out["details"], "logged_by": f"line {c.line}: {c.text[:200]}"}
                 out.update(cause_line=nv[0], cause_rank=nv[1], cause_raw=nv[2], cause_text=nv[3], process=nv[4])
+            pre = self._precursor
+            if pre is not None and c.match is not None and c.match.entry.id in pre[5].entry.precedes and pre[0] < c.line \
+                    and pre[4] == c.process:
+                # a warning the start went on from states why the later error happened (transformers accepting a rope
+                # factor of 0 that vLLM then multiplies max_position_embeddings by): it is the first cause
+                e = pre[5].entry
+                out["details"] = {**pre[5].details, "then": f"line {c.line}: {c.text[:200]}"}
+                out.update(cause_id=e.id, cause_class=e.cls, numbers=dict(pre[5].numbers), fix=pre[5].fix(),
+                           links=list(e.links), versions=pre[5].versions, cause_line=pre[0], cause_rank=pre[1],
+                           cause_raw=pre[2], cause_text=pre[3])
             hw = self._hma_off
             if hw is not None and out["cause_class"] == "memory" and hw[0] < c.line:
                 # more KV per token than the model needs: the KV figures of the error are those of full attention
