@@ -641,16 +641,34 @@ class Extractor:
         self._args_dict(args, fact, "command_flags")
 
     def _h_vllm_env(self, m: re.Match, line: Line, fact: Fact) -> None:
+        found = False
         for em in self._env_iter(line.text):
             name, value = em
             self.facts.env[name] = self._with(fact, value, "env")
-        self._emit("env", fact)
+            found = True
+        if found:
+            self._emit("env", fact)
 
     _ENV_ALL = recache.compile(r"(?<![\w-])(?:export\s+)?(VLLM_[A-Z0-9_]+)=(\"[^\"]*\"|'[^']*'|[^\s,;)]+)")
+    # vLLM's advice names a variable with a value to set, not one that is set: "To allow overriding this maximum, set
+    # the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1" (vllm 0.30.0 config/model.py:2525-2530), "please run with
+    # VLLM_MLA_DISABLE=1", "Please `export VLLM_ASCEND_ENABLE_DBO=1`", "… requires VLLM_USE_V2_MODEL_RUNNER=1" (the
+    # words before every VLLM_X= of the harvested raise texts that asks for a value; those that state the value the
+    # process has — "but envs.VLLM_USE_V1=True", "VLLM_USE_V1=1 is not supported with …" — are read); a shell's own
+    # `export` (not quoted in backticks, not "by export" / "please export") is a setting
+    _ENV_ADVICE = recache.compile(
+        r"(?i)(?:\bset(?:ting)?(?: the env(?:ironment)?(?: var(?:iable)?)?:?)?|(?:`|\bby |\bplease )export|\brun with|\brequires|\bor"
+        r"|\bkeep|\bremove|\bwithout|\buse|\benable \w+ with)\s*[`'\"(]?$")
 
     def _env_iter(self, text: str):
         for em in self._ENV_ALL.finditer(text):
-            yield em.group(1), em.group(2).strip("'\"")
+            start = em.start(1)
+            if self._ENV_ADVICE.search(text, max(0, start - 48), start):
+                continue
+            value = em.group(2)
+            if value[-1:] == "." and value[:1] not in "'\"":
+                value = value.rstrip(".")  # the sentence's full stop ("but envs.VLLM_USE_V1=True.")
+            yield em.group(1), value.strip("'\"")
 
     def _h_env_unknown(self, m: re.Match, line: Line, fact: Fact) -> None:
         self._event("env_unknown:" + m.group("name"), fact)
