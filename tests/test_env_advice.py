@@ -1,4 +1,4 @@
-"""VLLM_* variables read from a log: the ones a line sets, never the ones vLLM's own advice names.
+"""Settings read from a log (VLLM_* variables, key=value prose): the ones a line states, never the ones vLLM's advice names.
 
 The independent oracle is the harvested ``raise`` texts of every released vLLM (kvlogdiag/catalogue/
 failures_harvest.json): each one that names ``VLLM_X=value`` tells the operator what to set, so none of them may
@@ -87,3 +87,30 @@ def test_the_derived_max_model_len_error_sets_nothing():
             "maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1. VLLM_ALLOW_LONG_MAX_MODEL_LEN must be used with "
             "extreme caution.")
     assert _env(line) == {}
+
+
+def _prose_config(line: str) -> dict:
+    ex = Extractor("t")
+    ex.feed(make_line(1, line.encode("utf-8")))
+    return {k: [f.value for f in col] for k, col in ex.finish(1).config.items() if any(f.source == "prose" for f in col)}
+
+
+def test_no_raise_text_sets_a_prose_setting():
+    """The same oracle for 'key=value' prose (gpu_memory_utilization, max_model_len, tensor_parallel_size): every
+    harvested raise text that names one asks for a value ("Example: max_model_len=2048", "producers require
+    tensor_parallel_size=1") — hand-read, none states the value the process has."""
+    got = {}
+    for m in harvested()["messages"]:
+        text = re.sub(r"\{[^{}]*\}", "7", m["t"])
+        cfg = _prose_config("(APIServer pid=5) ERROR 12-04 01:38:42 [core.py:1] ValueError: " + text)
+        if cfg:
+            got[text[:120]] = cfg
+    assert got == {}
+
+
+@pytest.mark.parametrize("line, want", [
+    ("  max_model_len: 32768", {"max_model_len": [32768]}),
+    ("I set max_model_len=32768 for the test", {"max_model_len": [32768]}),
+])
+def test_a_reported_prose_setting_is_still_read(line, want):
+    assert _prose_config(line) == want

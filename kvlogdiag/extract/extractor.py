@@ -704,9 +704,16 @@ class Extractor:
     def _h_npu_evidence(self, m, line, fact):
         self.facts.platform.append(self._with(fact, "npu", "npu_evidence"))
 
+    # the words right before "key=value" that make it a value asked for, not the value used: vLLM's raise texts
+    # "… got 0. Example: max_model_len=2048" (vllm 0.33 config harvest), "ECMooncakeConnector producers require
+    # tensor_parallel_size=1."; a user's "I set max_model_len=32768" stays a setting
+    _PROSE_ADVICE = recache.compile(r"(?i)(?:\bexample:?|\brequires?|\bmust be|\bshould be|\btry)\s*[`'\"(]?$")
+
     def _h_prose_setting(self, m, line, fact):
         if "e.g." in line.text or "instead of" in line.text or "such as" in line.text:
             return  # advice about a value, not the value used
+        if self._PROSE_ADVICE.search(line.text, max(0, m.start() - 40), m.start()):
+            return
         key = m.group("key").replace("-", "_")
         val = _float(m.group("value")) if key == "gpu_memory_utilization" else _int(m.group("value"))
         if key == "gpu_memory_utilization" and val is not None and not 0 < val <= 1:
