@@ -93,11 +93,9 @@ def read_like_analyze(path: Path) -> dict:
 
 # known misses (docs/failures.md)
 KNOWN_MISSES = {
-    # rounds 52-53 (session 15, crafted; after tuning): r52_23's label (config, alt arch) for the CPU refusing an fp8 KV
-    # cache, where the posted labels of the same refusal say dtype (r18_30, r21_21, r48_20); r53_15's assertion
-    # "HybridKVCacheCoordinator requires at least one cacheable group" (no KV cache group at all) is left without a class
+    # round 52 (session 15, crafted; after tuning): r52_23's label (config, alt arch) for the CPU refusing an fp8 KV
+    # cache, where the posted labels of the same refusal say dtype (r18_30, r21_21, r48_20)
     "r52_23_kv_fp8_needs_avx512",
-    "r53_15_num_hidden_layers_0",
     # a label that predates the class definitions (docs/failures.md "Labels that predate the definitions")
     "r15_06_flagos_plugin_ascend910_libtorch_npu_missing",
     # round 46 (session 10, blind; after tuning): logs that end mid-start without any failure shown, a TCPStore retry loop
