@@ -21,7 +21,7 @@ from kvlogdiag.extract.failures import MAX_ECHOES, WINDOW, StartupTracker
 from kvlogdiag.input.reader import detect_hard_wrap, iter_lines, make_line, open_input, unwrap_lines
 
 DATA = Path(__file__).parent / "data"
-CASES = [p for d in ("failures", "failures_heldout", "failures_heldout2", "failures_heldout3", "failures_heldout4", "failures_heldout5", "failures_heldout6", "failures_heldout7", "failures_heldout8", "failures_heldout9", "failures_heldout10", "failures_heldout11", "failures_heldout12", "failures_heldout13", "failures_heldout14", "failures_heldout15", "failures_heldout16", "failures_heldout17", "failures_heldout18", "failures_heldout19", "failures_heldout20", "failures_heldout21", "failures_heldout22", "failures_heldout23", "failures_heldout24", "failures_heldout25", "failures_heldout26", "failures_heldout27", "failures_heldout28", "failures_heldout29", "failures_heldout30", "failures_heldout31", "failures_heldout32", "failures_heldout33", "failures_heldout34", "failures_heldout35", "failures_heldout36", "failures_heldout37", "failures_heldout38", "failures_heldout39", "failures_heldout40", "failures_heldout41", "failures_heldout42", "failures_heldout43", "failures_heldout44", "failures_heldout45", "failures_heldout46", "failures_heldout47", "failures_heldout48", "failures_heldout49", "failures_heldout50", "failures_heldout51", "failures_heldout52", "failures_heldout53") for p in sorted((DATA / d).glob("*.json"))]
+CASES = [p for d in ("failures", "failures_heldout", "failures_heldout2", "failures_heldout3", "failures_heldout4", "failures_heldout5", "failures_heldout6", "failures_heldout7", "failures_heldout8", "failures_heldout9", "failures_heldout10", "failures_heldout11", "failures_heldout12", "failures_heldout13", "failures_heldout14", "failures_heldout15", "failures_heldout16", "failures_heldout17", "failures_heldout18", "failures_heldout19", "failures_heldout20", "failures_heldout21", "failures_heldout22", "failures_heldout23", "failures_heldout24", "failures_heldout25", "failures_heldout26", "failures_heldout27", "failures_heldout28", "failures_heldout29", "failures_heldout30", "failures_heldout31", "failures_heldout32", "failures_heldout33", "failures_heldout34", "failures_heldout35", "failures_heldout36", "failures_heldout37", "failures_heldout38", "failures_heldout39", "failures_heldout40", "failures_heldout41", "failures_heldout42", "failures_heldout43", "failures_heldout44", "failures_heldout45", "failures_heldout46", "failures_heldout47", "failures_heldout48", "failures_heldout49", "failures_heldout50", "failures_heldout51", "failures_heldout52", "failures_heldout53", "failures_heldout54") for p in sorted((DATA / d).glob("*.json"))]
 
 
 def run(lines, keep=None) -> dict:
@@ -407,7 +407,18 @@ def test_pydantic_block_without_catalogued_message_is_a_config_cause():
         "  Input should be less than or equal to 1 [type=less_than_equal, input_value=1.5, input_type=float]",
     ])
     assert r["cause_class"] == "config" and r["cause_id"] == "config_validation"
-    assert r["details"] == {"config_class": "CacheConfig"} and "input_value=1.5" in r["cause_text"]
+    # a field's item is reported under its header, whose line states the failure (session 15, round 54)
+    assert r["details"] == {"config_class": "CacheConfig", "item_line": "2"} and "input_value=1.5" in r["cause_text"]
+    assert r["cause_line"] == 1 and r["cause_text"].startswith("pydantic_core._pydantic_core.ValidationError: 1 validation error")
+    # with the field's line between them, its name is in the text; a "Value error, …" item stays its own line
+    r = run(["(APIServer pid=5) pydantic_core._pydantic_core.ValidationError: 2 validation errors for SchedulerConfig",
+             "(APIServer pid=5) max_num_batched_tokens",
+             "(APIServer pid=5)   Input should be greater than or equal to 1 [type=greater_than_equal, input_value=-128, input_type=int]"])
+    assert r["cause_line"] == 1 and "SchedulerConfig: max_num_batched_tokens: Input should be greater" in r["cause_text"]
+    r = run(["pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig",
+             "  Value error, User-specified max_model_len (8192) is greater than the derived max_model_len "
+             "(max_position_embeddings=4096.0 or model_max_length=None in model's config.json). [type=value_error]"])
+    assert r["cause_line"] == 2 and r["cause_id"] == "max_model_len_above_model_context"
 
 
 def test_memory_is_bounded():
@@ -1812,3 +1823,23 @@ def test_host_memory_errors_and_corrupt_checkpoint_headers():
     assert r["cause_class"] == "model" and "vocab_size" in r["fix"]
     other = _tb("Worker pid=7", [("/v/vllm/model_executor/models/qwen2.py", "forward")], "RuntimeError: shape mismatch")
     assert run(other)["cause_class"] == "arch"
+
+
+def test_round_54_hints():
+    # transformers 5 configs are huggingface_hub strict dataclasses: a config.json field of the wrong type
+    strict = _tb("APIServer pid=5", [("/v/transformers/configuration_utils.py", "__init__"),
+                                     ("/v/huggingface_hub/dataclasses.py", "__strict_setattr__"),
+                                     ("/v/huggingface_hub/dataclasses.py", "validator")],
+                 "TypeError: Field 'rms_norm_eps' expected float, got str (value: 'abc')")
+    assert run(strict)["cause_class"] == "model"
+    # an operator the CPU extension declares as a placeholder (no arguments)
+    stub = _tb("Worker pid=7", [("/v/vllm/model_executor/model_loader/utils.py", "process_weights_after_loading"),
+                                ("/v/torch/_ops.py", "__call__")],
+               "RuntimeError: _C::dynamic_scaled_fp8_quant() expected at most 0 argument(s) but received 3 argument(s). "
+               "Declaration: _C::dynamic_scaled_fp8_quant() -> ()")
+    assert run(stub)["cause_class"] == "kernel"
+    # near misses: another TypeError under the model loader stays the model's; a real schema mismatch (1 argument) too
+    other = _tb("Worker pid=7", [("/v/vllm/model_executor/model_loader/utils.py", "load")], "TypeError: bad operand")
+    assert run(other)["cause_class"] == "model"
+    one = stub[:-1] + [stub[-1].replace("at most 0 argument(s)", "at most 1 argument(s)")]
+    assert run(one)["cause_class"] == "model"

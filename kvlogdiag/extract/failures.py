@@ -534,6 +534,8 @@ class StartupTracker:
         self._headless: set[str | None] = set()  # open tracebacks the excerpt starts inside (frames, no header)
         self._cut_top: tuple[int, str | None] | None = None  # the first traceback shown without its header line
         self._validation: dict[str | None, str] = {}  # process → config class of an open pydantic block
+        # process → (header line, its text) of the latest "N validation error(s) for X" raised in a traceback
+        self._validation_head: dict[str | None, tuple[Line, str]] = {}
         self._pyd_loc: tuple[int, str] | None = None  # (line, field) of the location line under an argument's pydantic header
         self.cause: _Candidate | None = None
         self.echoes: list[dict] = []
@@ -943,6 +945,12 @@ class StartupTracker:
         vm = _VALIDATION.search(body_s)
         if vm:
             self._validation[proc] = vm.group("config")
+            if em is not None and len(self._validation_head) < MAX_PROCESSES:
+                self._validation_head[proc] = (line, body_s)
+        elif (hd := self._validation_head.get(proc)) is not None and line.number == hd[0].number + 1 \
+                and _PYDANTIC_LOC.fullmatch(body_s):
+            self._pyd_loc = (line.number, body_s)  # the field's name, when the reader passed its line
+            return
         c0 = self.cause
         if vm and c0 is not None and c0.line == line.number - 1 and c0.process == proc and c0.text.rstrip().endswith(":") \
                 and "ValidationError" in c0.text:
@@ -1056,6 +1064,16 @@ class StartupTracker:
         if pm and (proc in self._validation or None in self._validation):
             config = self._validation.get(proc) or self._validation.get(None)
             msg = pm.group("value_error") or pm.group("item")
+            head = self._validation_head.pop(proc, None)
+            if pm.group("item") and head is not None and 0 < line.number - head[0].number <= 2:
+                # a field's item ("Input should be greater than or equal to 1 [type=greater_than_equal,
+                # input_value=-128 …]") says nothing without its header ("2 validation errors for SchedulerConfig") and the
+                # field's line between them, which the prefilter may not pass: the header states the failure, the item
+                # what is wrong with it (a "Value error, …" item is a sentence of its own and stays as it is)
+                loc = f"{self._pyd_loc[1]}: " if self._pyd_loc is not None and self._pyd_loc[0] == line.number - 1 else ""
+                self._set_cause(head[0], proc, f"{head[1]}: {loc}{msg.strip()}", None, "ValidationError", "config",
+                                {"config_class": config, "item_line": str(line.number)}, tb)
+                return
             self._set_cause(line, proc, msg.strip(), None, "ValidationError", "config", {"config_class": config}, tb)
             if self.cause is not None and pm.group("value_error"):
                 self._pyd_wrap = self._pydantic_wrap(line, proc, body_s, self.cause)
