@@ -313,7 +313,8 @@ def harvested() -> dict:
 # where a harvested message is raised → the class of an uncatalogued cause (only where the file
 # says it unambiguously: a config validator is a configuration error whatever it checks)
 _CLASS_BY_FILE = (
-    (recache.compile(r"^vllm(?:_ascend)?/(?:config|engine/arg_utils|entrypoints/cli|ascend_config)"), "config"),
+    # vllm/envs.py reads the VLLM_* environment (a raise there is a variable's value: the launch environment)
+    (recache.compile(r"^vllm(?:_ascend)?/(?:config|engine/arg_utils|entrypoints/cli|ascend_config|envs\.py)"), "config"),
     (recache.compile(r"^vllm(?:_ascend)?/distributed/(?:kv_transfer|ec_transfer)/"), "connector"),
     (recache.compile(r"^vllm(?:_ascend)?/(?:model_executor/model_loader|transformers_utils)/"), "model"),
     (recache.compile(r"^vllm(?:_ascend)?/model_executor/models/registry"), "arch"),

@@ -51,6 +51,10 @@ _EXC = recache.compile(r"^(?P<exc>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Excepti
                        r"(?::\s*(?P<msg>.*)|\((?P<repr>[\"'].*[\"'])\))?$")
 # a traceback pasted on one line (newlines lost): its last qualified exception starts the error
 _INLINE_EXC = recache.compile(r"\s((?:[a-z_][a-z0-9_]*\.)+[A-Z]\w*(?:Error|Exception)\w*: )")
+# Python's own conversion errors, whose message names the value but not where it came from
+_CONVERSION = recache.compile(r"^(?:ValueError: )?(?:invalid literal for int\(\) with base \d+|could not convert string to float): (?P<lit>'[^']*')$")
+_NAMES_SETTING = recache.compile(r"\bVLLM_[A-Z0-9_]+\b|(?<![\w-])--[a-z][\w-]+")
+RESTATE_LINES = 80  # the chained traceback of a restatement: its frames, then the exception
 _VALIDATION = recache.compile(r"(?<!\d)(?P<count>\d+) validation errors? for (?P<config>\w+)")
 # the line of a pydantic error's field location ("kv_role", "compilation_config.level", "items.0")
 _PYDANTIC_LOC = recache.compile(r"[A-Za-z_][\w-]*(?:\.[\w-]+)*")
@@ -1003,6 +1007,18 @@ class StartupTracker:
             em_x = _EXC.match(body_s)
             self._set_cause(line, proc, body_s, exm, em_x.group("exc") if em_x else None, None,
                             {"explains": cx.text[:200]}, tb)
+            return
+        c1 = self.cause
+        if c1 is not None and em is not None and not code_line and c1.match is None and c1.process == proc \
+                and 0 < line.number - c1.line <= RESTATE_LINES and (cm := _CONVERSION.match(c1.text)) is not None \
+                and cm.group("lit") in body_s and _NAMES_SETTING.search(body_s) and not self.cat.is_echo(body_s):
+            # Python's bare parse error ("invalid literal for int() with base 10: 'abc'") that vLLM catches and raises
+            # again in its own words, naming the setting the value came from (vllm 0.31.0 envs.py:527-538
+            # get_vllm_port: `raise ValueError(f"VLLM_PORT '{port}' must be a valid integer") from err`): the same
+            # failure, stated where the operator can act on it
+            em_r = _EXC.match(body_s)
+            self._set_cause(line, proc, body_s, self.cat.match(body_s), em_r.group("exc") if em_r else None, c1.generic_class,
+                            {"restates": c1.text[:200]}, tb)
             return
         if self.cause is not None or code_line:
             return
