@@ -161,6 +161,23 @@ def render_fix(template: str, values: dict[str, Any]) -> str:
     return template.format_map(_Missing(shown))
 
 
+def _match_entry(e: FailureEntry, text: str) -> FailureMatch | None:
+    """``text`` against one entry's patterns (first that matches), its ``extra`` groups filling what is missing."""
+    for versions, rx in e.patterns:
+        m = rx.search(text)
+        if m is None:
+            continue
+        groups = dict(m.groupdict())
+        for x in e.extra:
+            for xm in x.finditer(text):
+                for k, v in xm.groupdict().items():
+                    if v is not None and groups.get(k) is None:
+                        groups[k] = v
+        numbers, details = numbers_of(groups)
+        return FailureMatch(e, versions, numbers, details, m.span(), any(w.search(text) for w in e.warning_forms))
+    return None
+
+
 class FailureCatalogue:
     """The loaded catalogue with a keyword index: `match` costs one regex search per line."""
 
@@ -230,29 +247,17 @@ class FailureCatalogue:
                         for e in self._kw_entries[b]:
                             cands.setdefault(e.id, e)
         for e in sorted(cands.values(), key=self.entries.index):
-            for versions, rx in e.patterns:
-                m = rx.search(text)
-                if m is None:
-                    continue
-                groups = dict(m.groupdict())
-                for x in e.extra:
-                    for xm in x.finditer(text):
-                        for k, v in xm.groupdict().items():
-                            if v is not None and groups.get(k) is None:
-                                groups[k] = v
-                numbers, details = numbers_of(groups)
-                return FailureMatch(e, versions, numbers, details, m.span(),
-                                    any(w.search(text) for w in e.warning_forms))
+            fm = _match_entry(e, text)
+            if fm is not None:
+                return fm
         return None
 
     def precursor(self, text: str) -> FailureMatch | None:
         """The precursor entry (``precedes``) ``text`` states, or None (entries in catalogue order)."""
         for e in self.precursors:
-            for versions, rx in e.patterns:
-                m = rx.search(text)
-                if m is not None:
-                    numbers, details = numbers_of(dict(m.groupdict()))
-                    return FailureMatch(e, versions, numbers, details, m.span(), False)
+            fm = _match_entry(e, text)
+            if fm is not None:
+                return fm
         return None
 
     def class_hint(self, message: str, frames: list[str]) -> tuple[str | None, str | None]:
