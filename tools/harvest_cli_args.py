@@ -41,12 +41,15 @@ import json
 import re
 import sys
 import tarfile
+import zipfile
 from pathlib import Path
 from typing import Iterator
 
 _FILES = re.compile(r"^vllm/(?:engine|entrypoints)/(?:.*/)?[\w]+\.py$")
 _SKIP = re.compile(r"bench|/tests?/|test_")
 _SDIST = re.compile(r"^vllm-(\d+\.\d+\.\d+(?:\.post\d+)?)\.tar\.gz$")
+# a release published (or only available here) as a wheel: the same vllm/ modules, read when it has no sdist
+_WHEEL = re.compile(r"^vllm-(\d+\.\d+\.\d+(?:\.post\d+)?)-[^-]+-[^-]+-[^-]+\.whl$")
 _BOOL_ACTIONS = {"BooleanOptionalAction"}
 _OPTIONAL_ACTIONS = {"StoreBoolean"}  # vLLM 0.5-0.6: nargs="?", an optional "true"/"false" after the flag
 
@@ -56,7 +59,13 @@ def _version_key(v: str) -> tuple[int, ...]:
 
 
 def sdist_sources(path: Path) -> Iterator[tuple[str, str]]:
-    """(path inside the package, text) of the argument-defining files of one sdist."""
+    """(path inside the package, text) of the argument-defining files of one sdist (or wheel)."""
+    if path.name.endswith(".whl"):
+        with zipfile.ZipFile(path) as zf:
+            for name in zf.namelist():  # a wheel's paths start at the package (vllm/...), no top folder
+                if _FILES.match(name) and not _SKIP.search(name):
+                    yield name, zf.read(name).decode("utf-8", "replace")
+        return
     with tarfile.open(path) as tf:
         for m in tf.getmembers():
             rel = m.name.split("/", 1)[1] if "/" in m.name else m.name
@@ -205,6 +214,10 @@ def harvest(dirs: list[Path]) -> dict:
         for p in sorted(d.iterdir()):
             m = _SDIST.match(p.name)
             if m:
+                found[m.group(1)] = p  # an sdist wins over a wheel of the same release
+                continue
+            m = _WHEEL.match(p.name)
+            if m:
                 found.setdefault(m.group(1), p)
     versions = sorted(found, key=_version_key)
     per_flag: dict[str, dict[str, tuple[str, str]]] = {}
@@ -236,7 +249,7 @@ def harvest(dirs: list[Path]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("dirs", nargs="+", type=Path, help="directories holding vllm-X.tar.gz sdists")
+    ap.add_argument("dirs", nargs="+", type=Path, help="directories holding vllm-X.tar.gz sdists (or vllm-X-*.whl wheels)")
     ap.add_argument("-o", "--output", type=Path, default=Path("kvlogdiag/catalogue/cli_args.json"))
     ns = ap.parse_args(argv)
     table = harvest(ns.dirs)

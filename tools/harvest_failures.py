@@ -187,15 +187,21 @@ def harvest_source(src: bytes) -> Iterator[tuple[str, str]]:
 
 
 def add_message(msgs: dict[tuple[str, str, str], dict], pkg: str, ver: str, name: str, exc: str, t: str) -> None:
-    """One harvested message of one release into ``msgs``: its first and last version, the newest file."""
+    """One harvested message of one release into ``msgs``: its first and last version, the newest file.
+
+    When the newest release raises it in several files, the first of them by path is kept, so the table does not
+    depend on the order of an archive's members (a wheel and an sdist of one release list them differently).
+    """
     e = msgs.get((pkg, t, exc))
     if e is None:
         msgs[(pkg, t, exc)] = {"t": t, "e": exc, "f": name, "p": pkg, "first": ver, "last": ver}
         return
     if version_key(ver) < version_key(e["first"]):
         e["first"] = ver
-    if version_key(ver) >= version_key(e["last"]):
+    if version_key(ver) > version_key(e["last"]):
         e["last"], e["f"] = ver, name
+    elif ver == e["last"] and name < e["f"]:
+        e["f"] = name
 
 
 def write_harvest(data: dict, path: Path) -> None:

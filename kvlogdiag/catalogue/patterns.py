@@ -266,12 +266,16 @@ pat("cp_multiply", "~0.11-0.20 with DCP/PCP > 1", "Multiplying the GPU KV cache 
       {"cp": "4"})])
 pat("auto_fit", ">=0.14 (--max-model-len auto)", "Auto-fit max_model_len",
     r"Auto-fit max_model_len: (?:reduced from (?P<orig>\d+) to (?P<fitted>\d+)|full model context length (?P<full>\d+) fits"
-    r"|attention-free model, using derived max_model_len=(?P<derived>\d+))",
+    r"|attention-free model, using derived max_model_len=(?P<derived>\d+)|using max_model_len=(?P<kept>\d+), which fits)",
     [("INFO 11-29 08:41:13 [kv_cache_utils.py:900] Auto-fit max_model_len: reduced from 131072 to 98304 to fit in available GPU memory (12.5 GiB available for KV cache)",
       {"orig": "131072", "fitted": "98304"}),
      # vllm 0.33.0 vllm/v1/core/kv_cache_planning.py:1360: nothing to fit, the model's own length is kept
      ("INFO 11-29 08:41:13 [kv_cache_planning.py:1360] Auto-fit max_model_len: attention-free model, using derived max_model_len=1048576",
-      {"derived": "1048576", "orig": None})])
+      {"derived": "1048576", "orig": None}),
+     # vllm 0.34.0 vllm/v1/core/kv_cache_planning.py:1458: the length fitted again after CUDA graph capture and warmup
+     # (extensible KV cache) still fits; a reduced one is the "reduced from" form above
+     ("INFO 12-01 10:00:01 [kv_cache_planning.py:1458] Auto-fit max_model_len: using max_model_len=32768, which fits in the KV cache memory left after CUDA graph capture and warmup (12.50 GiB GPU).",
+      {"kept": "32768", "orig": None})])
 pat("block_size_set", "all (backend overrides, vLLM-Ascend)", ("block size to", "attention block size", "Block size is set to", "block size must be set to"),
     r"(?:Setting kv cache block size to (?P<a>\d+)|Forcing kv cache block size to (?P<b>\d+)|Setting attention block size to (?P<c>\d+) tokens|Block size is set to (?P<d>\d+) if prefix cache|block size must be set to (?P<e>\d+)|Setting block size to (?P<f>\d+) for better performance)",
     [("INFO 11-29 08:41:00 [cuda.py:200] Setting kv cache block size to 64 for FlashMLA backend(s).", {"a": "64"}),

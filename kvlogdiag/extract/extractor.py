@@ -889,7 +889,7 @@ class Extractor:
         self._event("cp_multiply", self._with(fact, _int(m.group("cp"))))
 
     def _h_auto_fit(self, m, line, fact):
-        val = _int(next((g for g in (m.group("fitted"), m.group("full"), m.group("derived")) if g is not None), None))
+        val = _int(next((g for g in (m.group("fitted"), m.group("full"), m.group("derived"), m.group("kept")) if g is not None), None))
         self._event("auto_fit", self._with(fact, (_int(m.group("orig")), val)))
 
     def _h_block_size_set(self, m, line, fact):
