@@ -38,6 +38,8 @@ _STATES = {
     "VLLM_ROCM_AITER_MLA_DCP_VERIFY={verify_route}, but": "VLLM_ROCM_AITER_MLA_DCP_VERIFY",
     "VLLM_RUST_FRONTEND_PATH=auto but": "VLLM_RUST_FRONTEND_PATH",
     "VLLM_USE_V1=1 is not supported with": "VLLM_USE_V1",
+    # vllm 0.34.0 platforms/interface.py:1480-1485: the value is os.environ's, the variable is set
+    "VLLM_USE_V2_MODEL_RUNNER={value} is no longer supported": "VLLM_USE_V2_MODEL_RUNNER",
 }
 
 
