@@ -318,6 +318,10 @@ _EASYLOG = recache.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6} (?P<level>ER
 # "[FUNC:…][FILE:…][LINE:…]", or "EZ9999: <message>" on the same line
 _CANN_ERRMGR = recache.compile(r"^(?P<code>E[0-9A-Z]\d{4}): (?P<msg>.*?)\s*$")
 _CANN_LOC = recache.compile(r"(?:\[(?:FUNC|FILE|LINE):[^\]]*\])+\s*$")
+_CANN_PID = recache.compile(r"^\[PID: \d+\] (?:\d{4}-\d\d-\d\d-\d\d:\d\d:\d\d[.\d]* )?")
+_CANN_INNER_TAIL = recache.compile(r"(?P<code>E[0-9A-Z]\d{4}): Inner Error!$")
+# torch_npu's failed ACL call: "<func>:<file>:<line> NPU function error: <call>, error code is 207008"
+_NPU_CODE = recache.compile(r"NPU function error: .{0,300}, error code is \d+\s*$")
 # CANN's modules that name the class of their error outright: the graph engine and its fusion / operator compilers
 # build and tile the operator kernels; HCCL / HCCP are the collective communication library and its RDMA peer
 _CANN_CLASS = {"GE": "kernel", "FE": "kernel", "TBE": "kernel", "TEFUSION": "kernel", "AICPU": "kernel",
@@ -581,6 +585,11 @@ class StartupTracker:
         self._error_line: _Candidate | None = None  # vLLM's first ERROR record that states no exception (last resort)
         self._fatal: _Candidate | None = None  # the first native fatal record (CPython, tt-metal, clang's failed compile)
         self._tt_info: tuple[_Candidate, int, str | None] | None = None  # a tt-metal assertion whose message may follow
+        # an Ascend error whose message goes on below its first line: torch_npu's "NPU function error: …, error code is N"
+        # (the code's description follows as "[Error]: …") or a CANN "EZ9999: Inner Error!" head (the message follows):
+        # (candidate, its last line so far, process, the CANN code or None)
+        self._npu_more: tuple[_Candidate, int, str | None, str | None] | None = None
+        self._nomsg: tuple[int, str | None, str, str] | None = None  # a bare exception name: (line, rank, raw, name)
         self._compile_error: tuple[Line, str | None, str] | None = None  # clang's last "error: …" line (line, process, msg)
         # the last run of plain ERROR records of one logging call: (first line, process, file:line, first text, last number)
         self._prev_error: tuple[Line, str | None, str | None, str, int] | None = None
@@ -822,6 +831,8 @@ class StartupTracker:
             return  # the message of the Python warning on the line before, not an error of its own
         if body_s.endswith(":") and _PY_WARNING.match(body_s):
             self._warning_tail = line.number + 1
+        if self._npu_more is not None and self._npu_continues(line, proc, body_s):
+            return
         if self._tt_info is not None:
             tcand, tlast, tproc = self._tt_info
             self._tt_info = None
@@ -1169,12 +1180,19 @@ class StartupTracker:
             # the message of one of vLLM's raises printed without its exception name (a print, a relay, a line
             # a reporter quotes whole: "Speculative decoding is not yet supported on VLLM V1")
             self._bare = self._candidate(line, proc, unq, None, None, "unknown", {}, None)
+        elif em and exc and not _WARNING_EXC.search(exc) and not vm and self._bare is None and tb is None \
+                and not (em.group("msg") or em.group("repr")) and not exc.endswith(("KeyboardInterrupt", "SystemExit", "CancelledError")):
+            # an exception's name alone (`AssertionError`), with no message and no traceback around it: a start failed,
+            # but what failed and where is in the lines the paste left out
+            if self._nomsg is None:
+                self._nomsg = (line.number, line.rank, line.raw, exc)
         elif em and exc and not _WARNING_EXC.search(exc) and not vm and self._bare is None \
                 and not exc.endswith(("KeyboardInterrupt", "SystemExit", "CancelledError")):
             # no evidence it is log output: the cause only if nothing better shows (a one-line paste)
             self._bare = self._candidate(self._first_statement(line, proc, body_s, exc), proc, body_s, None, exc, "unknown",
                                          {}, None)
             self._continue = (self._bare, line.number, proc, level, 2)
+            self._watch_npu(self._bare, line.number, proc)
             if len(line.raw) >= 60:
                 self._join_from = line.number
         elif em is None and level in ("ERROR", "CRITICAL") and tb is None and self._error_line is None and not echo \
@@ -1325,10 +1343,55 @@ class StartupTracker:
             self._continue = (self.cause, line.number, proc, split_level(line.text)[0], 2)
         if _WRAPPER.search(text):
             self._refine_until = line.number + 5
+        self._watch_npu(self.cause, line.number, proc)
         if self.listeners:
             verdict = self.result()
             for fn in self.listeners:
                 fn(verdict)
+
+    def _watch_npu(self, cand: _Candidate, number: int, proc: str | None) -> None:
+        text = cand.text
+        if "error code is " in text and _NPU_CODE.search(text) is not None:
+            self._npu_more = (cand, number, proc, None)
+        elif "Inner Error!" in text and (nm := _CANN_INNER_TAIL.search(text)) is not None:
+            self._npu_more = (cand, number, proc, nm.group("code"))
+
+    def _npu_continues(self, line: Line, proc: str | None, body: str) -> bool:
+        """The rest of an Ascend error's message on the lines below the cause (see ``_npu_more``): the description of
+        torch_npu's error code, or the message under CANN's "Inner Error!" head, joins the cause's text."""
+        assert self._npu_more is not None
+        cand, last, cproc, code = self._npu_more
+        if cand not in (self.cause, self._bare) or proc != cproc or line.number != last + 1:
+            self._npu_more = None
+            return False
+        if code is None:
+            # torch_npu appends to the exception's message its own "[ERROR] <time> (PID:…) ERR… PTA call acl api failed"
+            # record (formatErrorCode, torch_npu/csrc/core/npu/NPUException.cpp) and the ACL error code's description
+            # from its error_code_map ("[Error]: The stream resources are insufficient.", NPUErrorCodes.h)
+            if not body.startswith("[Error]: "):
+                if body.startswith("[ERROR] ") and "PTA call acl api failed" in body:
+                    self._npu_more = (cand, line.number, cproc, code)
+                    return True
+                self._npu_more = None
+                return False
+            more = body.strip()
+        else:
+            # CANN's error manager prints the head, then the message under the same code: "EZ9999: [PID: 62938]
+            # 2025-05-27-06:52:12.455.807 <message>[FUNC:…][FILE:…][LINE:…]" (the form round 36's logs show bare)
+            if not body.startswith(code + ": "):
+                self._npu_more = None
+                return False
+            more = _CANN_LOC.sub("", _CANN_PID.sub("", body[len(code) + 2:])).strip()
+        self._npu_more = None
+        if not more:
+            return False
+        cand.text = f"{cand.text} — {more}"
+        cand.details = {**cand.details, "message_line": str(line.number)}
+        if cand.match is None:
+            cand.match = self.cat.match(more)
+        for fn in self.listeners:
+            fn(self.result())
+        return True
 
     def _lifespan_step(self, line: Line, text: str) -> None:
         # uvicorn runs the app's start-up before it binds the socket (vLLM < 0.6.4 let uvicorn bind):
@@ -1409,7 +1472,8 @@ class StartupTracker:
             if c is not None and nb is not None and nb.line < c.line <= nb.line + NATIVE_LINES \
                     and _NIXL_STATUS.fullmatch(c.text.strip()) and nb.details.get("native_record", "").startswith("UCX "):
                 c = nb  # NIXL's bare status name right after UCX's own ERROR record: UCX's record says what failed
-        failed = c is not None or ((bool(self.echoes) or bool(self.deaths) or bool(open_tb)) and not runtime_line)
+        failed = c is not None or ((bool(self.echoes) or bool(self.deaths) or bool(open_tb)
+                                    or self._nomsg is not None and not served) and not runtime_line)
         out: dict[str, Any] = {
             "failed": failed, "cause_id": None, "cause_class": None, "cause_line": None, "cause_text": None,
             "cause_raw": None, "cause_rank": None, "exception": None, "process": None, "numbers": {}, "details": {}, "fix": None,
@@ -1526,6 +1590,8 @@ class StartupTracker:
         elif open_tb:
             p, first = open_tb[0]
             ev = (first, None, self._tb[p][0][1]) if p in self._tb and self._tb[p] else None
+        elif self._nomsg is not None:
+            ev = self._nomsg[:3]
         out["evidence"] = {"line": ev[0], "rank": ev[1], "raw": ev[2]} if ev else None
         return out
 
@@ -1566,6 +1632,10 @@ class StartupTracker:
         elif self.echoes and self.echoes[-1]["line"] == self.last_line:
             parts.append(f"The failure is announced at line {self.last_line} and nothing after it states an error: "
                          "the traceback that follows such a line is not in the excerpt (the paste is cut).")
+        elif self._nomsg is not None:
+            n, _, _, exc = self._nomsg
+            parts.append(f"Line {n} is a bare `{exc}`, without a message and without the traceback that says where it "
+                         "was raised: the paste is cut.")
         elif self._cut_top is not None:
             n, p = self._cut_top
             parts.append(f"The traceback of {p or 'the main process'} at line {n} starts without its 'Traceback (most "

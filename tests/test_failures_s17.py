@@ -1,0 +1,75 @@
+"""Session-17 general rules of the start-up tracker, each from a wrong or missed cause of blind round 58 (failed starts
+posted on web pages; docs/failures.md "Round 58"): an Ascend error whose message goes on below its first line (torch_npu's
+error-code description, CANN's "Inner Error!" head), an exception's bare name with nothing around it, and the classes of
+DeepGEMM, ModelOpt quantizer keys, a layer without a quantization method and CPU KV offloading on another platform."""
+
+from __future__ import annotations
+
+from conftest import startup_verdict as run
+
+ECHO = "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"
+NPU = ("capture_begin:../torch_npu/csrc/core/npu/NPUGraph.cpp:230 NPU function error: "
+       "c10_npu::acl::AclmdlRICaptureBegin(capture_stream_, capture_mode), error code is 207008")
+
+
+def test_torch_npu_error_code_takes_its_description():
+    # torch_npu's message: the failed call and code, its own "[ERROR] … PTA call acl api failed" record, then the
+    # code's description (NPUException.cpp formatErrorCode, NPUErrorCodes.h error_code_map)
+    r = run(["RuntimeError: " + NPU,
+             "[ERROR] 2025-10-15-16:32:16 (PID:3132, Device:0, RankID:-1) ERR00100 PTA call acl api failed",
+             "[Error]: Stream resources are insufficient.", ECHO])
+    assert r["cause_line"] == 1 and r["cause_text"].endswith("error code is 207008 — [Error]: Stream resources are insufficient.")
+    assert r["details"]["message_line"] == "3"
+    # a bare paste of the same lines, without the record in between
+    r = run([NPU, "[Error]: Stream resources are insufficient."])
+    assert r["cause_text"].endswith("— [Error]: Stream resources are insufficient.")
+    # near misses: another line in between ends the message; a description four lines below is not this error's
+    r = run(["RuntimeError: " + NPU, "INFO 01-01 00:00:00 [x.py:1] something else", "[Error]: Stream resources are insufficient."])
+    assert r["cause_text"] == "RuntimeError: " + NPU
+    r = run(["RuntimeError: " + NPU, "a", "b", "c", "[Error]: Stream resources are insufficient."])
+    assert "Stream resources" not in r["cause_text"]
+
+
+def test_cann_inner_error_head_inside_an_exception_takes_the_message_below():
+    head = "[rank0]: RuntimeError: EZ9999: Inner Error!"
+    msg = ("[rank0]: EZ9999: [PID: 62938] 2025-05-27-06:52:12.455.807 numHeads / numKvHeads = 8, MLA only support "
+           "{32, 64, 128}.[FUNC:CheckMlaAttrs][FILE:incre_flash_attention_tiling_check.cc][LINE:1218]")
+    r = run([head, msg])
+    assert r["cause_line"] == 1
+    assert r["cause_text"] == "RuntimeError: EZ9999: Inner Error! — numHeads / numKvHeads = 8, MLA only support {32, 64, 128}."
+    # near miss: a record of another code is another error, not this head's message
+    r = run([head, msg.replace("EZ9999: [PID", "EE1001: [PID")])
+    assert r["cause_text"] == "RuntimeError: EZ9999: Inner Error!"
+
+
+def test_a_bare_exception_name_alone_is_a_cut_paste():
+    r = run(["AssertionError"])
+    assert r["failed"] is True and r["cause_line"] is None
+    assert "bare `AssertionError`" in r["not_in_excerpt_reason"] and "cut" in r["not_in_excerpt_reason"]
+    assert r["evidence"]["line"] == 1
+    # near misses: with a message it is the cause; at the end of a traceback the assert statement says what failed
+    assert run(["AssertionError: CPU tensor must be pinned"])["cause_text"] == "AssertionError: CPU tensor must be pinned"
+    r = run(['  File ".../vllm/v1/worker/gpu/attn_utils.py", line 112, in _reshape_kv_cache',
+             "    assert isinstance(kv_cache_spec, AttentionSpec)", "AssertionError"])
+    assert r["cause_line"] is not None and "assert isinstance(kv_cache_spec, AttentionSpec)" in (r["cause_text"] + (r["cause_raw"] or ""))
+    # a server that came up: a stray name after it is no failed start
+    assert run(["INFO:     Application startup complete.", "AssertionError"])["failed"] is False
+
+
+def test_classes_from_round_58():
+    # DeepGEMM missing or outdated (vllm 0.10.2 utils/deep_gemm.py:66, 0.25.1 :130, 0.34.0 :410)
+    for text in ("RuntimeError: DeepGEMM backend is not available or outdated. Please install or update the `deep_gemm` "
+                 "to a newer version to enable FP8 kernels.",
+                 "RuntimeError: DeepGEMM backend is unavailable in the current vLLM environment, or the available DeepGEMM "
+                 "package does not provide the required APIs for these kernels.",
+                 "RuntimeError: DeepGEMM is not available"):
+        assert run([text, ECHO])["cause_class"] == "kernel", text
+    # a ModelOpt quantizer's state in the checkpoint, and a layer the quantization config has no method for
+    assert run(["KeyError: layers.28.mlp.experts.w2_weight_quantizer._double_scale", ECHO])["cause_class"] == "quant"
+    assert run(["AssertionError: assert self.quant_method is not None", ECHO])["cause_class"] == "quant"
+    # near miss: a plain weight name missing is not the quantization's
+    assert run(["KeyError: 'model.layers.0.mlp.gate_proj.weight'", ECHO])["cause_class"] != "quant"
+    # the native CPU KV offloading on a platform it does not support (vllm 0.34.0 v1/kv_offload/cpu/spec.py:219-223)
+    r = run(["CPU Offloading is currently only supported on CUDA-alike GPUs"])
+    assert r["failed"] is True and r["cause_id"] == "kv_offload_platform_unsupported" and r["cause_class"] == "connector"
+    assert "CUDA-alike GPUs" in r["fix"]
