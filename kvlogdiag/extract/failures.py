@@ -71,6 +71,14 @@ _STARTED = ("Application startup complete", "Uvicorn running on", *_HTTP_STARTIN
 # app's start-up completed. vLLM runs uvicorn only once its engine is built (V0 and V1 api_server run_server build the
 # engine client first), so an engine error logged before it was an error of a running server: a request-time error
 _UVICORN_SHUTDOWN = "INFO:     Shutting down"
+# lines that say nothing of a server serving, between vLLM's "Starting vLLM server on" and uvicorn's start: the engine
+# stopping because its API server is going away (vllm 0.20.2 v1/engine/core.py:1238/1261 `_handle_shutdown`,
+# v1/executor/multiproc_executor.py:775 `death_pipe_monitor`, :872), CPython's multiprocessing announcing a child's
+# traceback ("Process VllmWorker-0:", multiprocessing/process.py `_bootstrap`) and a traceback's own lines
+_NOT_SERVING = recache.compile(
+    r"^(?:Shutdown initiated \(timeout=|Shutdown complete$|Aborting \d+ requests$|Parent process exited, terminating worker "
+    r"queues|WorkerProc shutting down\.|Process [\w-]+:$|Traceback \(most recent call last\)|File \"|\s|\^+$"
+    r"|(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)(?::|$))")
 # a NIXL status name alone on a line. NIXL's UCX backend turns every UCX status it has no name for into
 # NIXL_ERR_BACKEND (ai-dynamo/nixl src/plugins/ucx/ucx_enums.cpp:41-62 `ucxStatusToNixlStatus`, the default at :58-60,
 # commit 3f26cd6b): the UCX ERROR record just before it (`_UCX`) is the failure itself
@@ -1396,6 +1404,10 @@ class StartupTracker:
     def _lifespan_step(self, line: Line, text: str) -> None:
         # uvicorn runs the app's start-up before it binds the socket (vLLM < 0.6.4 let uvicorn bind):
         # only a bind error can still fail the start
+        if self._http_starting and _NOT_SERVING.search(split_level(text)[1]) is not None:
+            # vLLM logged that it starts its HTTP server, and the engine is stopping / a process prints a traceback:
+            # no sign the server serves (the API server's own failure, e.g. uvicorn's Config.load, prints last)
+            return
         m = self.cat.match(text)
         if m is not None and m.entry.cls == "port":
             self.lifespan_line = 0
