@@ -123,3 +123,24 @@ def test_port_and_logging_config_classes():
     r = run(["RuntimeError: ('Could not load logging config. File does not exist: %s', '/etc/vllm/logging.json')"])
     assert r["cause_id"] == "logging_config_invalid" and r["cause_class"] == "config"
     assert "VLLM_LOGGING_CONFIG_PATH" in r["fix"]
+
+
+def test_the_release_range_of_a_raise_names_its_package(tmp_path):
+    # KVD019's "Raised in <file> (<package> <releases>)": a vLLM-Ascend file's releases are vLLM-Ascend's, a
+    # library's are the library's (they were all called "vLLM" before)
+    from click.testing import CliRunner
+
+    from kvlogdiag.cli.main import cli
+
+    def message(line: str) -> str:
+        log = tmp_path / "x.log"
+        log.write_text(line + "\n" + ECHO + "\n", encoding="utf-8")
+        out = CliRunner().invoke(cli, ["analyze", "--format", "json", str(log)]).output
+        import json
+        return next(f["message"] for f in json.loads(out)["analyses"][0]["findings"] if f["rule"] == "KVD019")
+
+    m = message("ValueError: DSpark SWA index_width must cover window_size + block_size: index_width=64, required=192")
+    assert "dsa_v1.py (vLLM-Ascend 0." in m
+    m = message("RuntimeError: An error occurred while downloading using `hf_transfer`. Consider disabling "
+                "HF_HUB_ENABLE_HF_TRANSFER for better error handling.")
+    assert "file_download.py (huggingface_hub 0." in m

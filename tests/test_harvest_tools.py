@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 
 import harvest_cli_args  # noqa: E402
 import harvest_failures  # noqa: E402
+import harvest_formats  # noqa: E402
 
 _CONFIG = b'''
 class CacheConfig:
@@ -95,3 +96,21 @@ def test_committed_tables_name_their_releases():
     args = json.loads((root / "cli_args.json").read_text(encoding="utf-8"))
     assert failures["versions"]["vllm"][-1] == args["versions"][-1]
     assert all(m["last"] in failures["versions"][m["p"]] for m in failures["messages"])
+
+
+def test_formats_take_vllm_ascends_newest_rc_only_when_no_final_is_newer(tmp_path):
+    # vLLM-Ascend has published release candidates only since 0.23.0: its newest rc stands for the releases after
+    # its last final one; older rcs, and vllm's rcs, are never read
+    for name in ("vllm-0.30.0.tar.gz", "vllm-0.31.0rc1.tar.gz", "vllm_ascend-0.23.0.post1.tar.gz",
+                 "vllm_ascend-0.23.0rc1.tar.gz", "vllm_ascend-0.29.0rc1.tar.gz", "vllm_ascend-0.30.0rc2.tar.gz"):
+        (tmp_path / name).write_bytes(b"")
+    got = [(p, v) for p, v, _ in harvest_formats.select_sdists(tmp_path)]
+    assert got == [("vllm", "0.30.0"), ("vllm-ascend", "0.23.0.post1"), ("vllm-ascend", "0.30.0rc2")]
+    assert harvest_formats._newest_rc("vllm-ascend", ["0.18.0", "0.18.0rc1"]) is None
+    assert harvest_formats._newest_rc("vllm", ["0.30.0", "0.31.0rc1"]) is None
+
+
+def test_release_order_puts_a_release_candidate_before_its_final():
+    for key in (harvest_failures.version_key, harvest_formats._vkey):
+        assert sorted(["0.18.0.post1", "0.18.0", "0.18.0rc1", "0.17.1", "0.18.1"], key=key) == \
+            ["0.17.1", "0.18.0rc1", "0.18.0", "0.18.0.post1", "0.18.1"]

@@ -55,6 +55,7 @@ def version_key(v: str) -> tuple:
     out = []
     for n in nums:
         out.append((1, int(n)) if n.isdigit() else (0 if n == "rc" else 2, 0))
+    out.append((0.5, 0))  # a final release ends here: above its "rc…", below its ".1" / ".post1"
     return tuple(out)
 
 

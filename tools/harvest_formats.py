@@ -97,6 +97,8 @@ def _vkey(ver: str) -> tuple:
             parts.append((1, int(tok)))
         else:
             parts.append((0 if tok in ("rc", "a", "b", "dev") else 2, tok))
+    # a final release ends here, which sorts above its pre-releases' "rc…" and below its ".1" / ".post1"
+    parts.append((0.5, 0))
     return tuple(parts)
 
 
@@ -353,12 +355,30 @@ def _members(path: Path):
                     yield m.group(1), fh.read()
 
 
+def _newest_rc(pkg: str, versions: list[str]) -> str | None:
+    """vLLM-Ascend's newest release candidate when it is newer than all its final releases: since 0.23.0 the project
+    has published release candidates only (0.24.0rc1, 0.25.1rc1, 0.26.0rc1 on the index, 2026-12-04), and those are
+    what its users run. None for vllm, whose releases are final."""
+    if pkg != "vllm-ascend":
+        return None
+    finals = [v for v in versions if not re.search(r"(rc|dev|a|b)\d*$", v)]
+    rcs = [v for v in versions if re.search(r"rc\d*$", v)]
+    top = max(rcs, key=_vkey, default=None)
+    return top if top is not None and (not finals or _vkey(top) > max(_vkey(v) for v in finals)) else None
+
+
 def select_sdists(folder: Path, every: bool = False) -> list[tuple[str, str, Path]]:
-    """(package, version, file): the highest patch release of every minor, per package."""
+    """(package, version, file): the highest patch release of every minor, per package, and vLLM-Ascend's newest
+    release candidate when no final release is newer (``_newest_rc``)."""
     found: dict[tuple[str, str], tuple[str, Path]] = {}
+    names = {pkg: [m.group("ver") for m in (_VERSION_FILE.match(p.name) for p in folder.iterdir()) if m
+                   and ("ascend" in m.group("pkg").lower()) == (pkg == "vllm-ascend")] for pkg in ("vllm", "vllm-ascend")}
+    rc_ok = {pkg: _newest_rc(pkg, vs) for pkg, vs in names.items()}
     for p in sorted(folder.iterdir()):
         m = _VERSION_FILE.match(p.name)
-        if not m or re.search(r"(rc|dev|a|b)\d*$", m.group("ver")):
+        if not m:
+            continue
+        if re.search(r"(rc|dev|a|b)\d*$", m.group("ver")) and m.group("ver") not in rc_ok.values():
             continue
         pkg = "vllm-ascend" if "ascend" in m.group("pkg").lower() else "vllm"
         ver = m.group("ver")
@@ -476,7 +496,7 @@ for var, path_var in (("_PYPROJECT_HOOKS_BUILD_BACKEND", "_PYPROJECT_HOOKS_BACKE
 def _index_versions(pkg: str) -> list[str]:
     import subprocess
 
-    out = subprocess.run([sys.executable, "-m", "pip", "index", "versions", pkg], capture_output=True, text=True).stdout
+    out = subprocess.run([sys.executable, "-m", "pip", "index", "versions", "--pre", pkg], capture_output=True, text=True).stdout
     m = re.search(r"Available versions: (.*)", out)
     return [v.strip() for v in m.group(1).split(",")] if m else []
 
@@ -493,12 +513,15 @@ def download(folder: Path, jobs: int = 3, log=print) -> None:
     want = []
     for pkg in ("vllm", "vllm-ascend"):
         last: dict[str, str] = {}
-        for v in _index_versions(pkg):
+        versions = _index_versions(pkg)
+        for v in versions:
             if re.search(r"(rc|dev|a|b)\d*$", v) or (pkg == "vllm" and _vkey(v) < _vkey("0.2")):
                 continue
             if _minor(v) not in last or _vkey(v) > _vkey(last[_minor(v)]):
                 last[_minor(v)] = v
         want += [(pkg, v) for v in last.values()]
+        if (rc := _newest_rc(pkg, versions)) is not None:
+            want.append((pkg, rc))
     have = {(("vllm-ascend" if "ascend" in m.group("pkg").lower() else "vllm"), m.group("ver"))
             for m in (_VERSION_FILE.match(p.name) for p in folder.iterdir()) if m}
     todo = [(p, v) for p, v in want if (p, v) not in have]

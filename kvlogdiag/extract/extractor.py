@@ -655,9 +655,12 @@ class Extractor:
     # VLLM_MLA_DISABLE=1", "Please `export VLLM_ASCEND_ENABLE_DBO=1`", "… requires VLLM_USE_V2_MODEL_RUNNER=1" (the
     # words before every VLLM_X= of the harvested raise texts that asks for a value; those that state the value the
     # process has — "but envs.VLLM_USE_V1=True", "VLLM_USE_V1=1 is not supported with …" — are read); a shell's own
-    # `export` (not quoted in backticks, not "by export" / "please export") is a setting
+    # `export` (not quoted in backticks, not "by export" / "please export") is a setting; "requires Model Runner V2
+    # (VLLM_USE_V2_MODEL_RUNNER=1)" names in brackets the value that gives what is required (vllm-ascend 0.30.0rc2
+    # platform.py:957)
     _ENV_ADVICE = recache.compile(
         r"(?i)(?:\bset(?:ting)?(?: the env(?:ironment)?(?: var(?:iable)?)?:?)?|(?:`|\bby |\bplease )export|\brun with|\brequires|\bor"
+        r"|\brequires [^()\n]{1,40}\("
         r"|\bkeep|\bremove|\bwithout|\buse|\benable \w+ with)\s*[`'\"(]?$")
 
     def _env_iter(self, text: str):

@@ -58,7 +58,8 @@ def provide(facts: LogFacts, analysis: dict, ctx: Mapping[str, Any], put: Callab
             put("startup_read_note", f"Lines {det['joined_lines']} are one message cut by the terminal's line wrap.")
         raised = st.get("raised_in")
         if raised:
-            put("startup_raised_in", f"{raised['file']} (vLLM {raised['versions']})")
+            pkg = raised.get("library") or ("vLLM-Ascend" if raised["file"].startswith("vllm_ascend/") else "vLLM")
+            put("startup_raised_in", f"{raised['file']} ({pkg} {raised['versions']})")
         return
     put("startup_cause_found", False)
     ev = st.get("evidence")
