@@ -21,7 +21,7 @@ from kvlogdiag.extract.failures import MAX_ECHOES, WINDOW, StartupTracker
 from kvlogdiag.input.reader import detect_hard_wrap, iter_lines, make_line, open_input, unwrap_lines
 
 DATA = Path(__file__).parent / "data"
-CASES = [p for d in ("failures", "failures_heldout", "failures_heldout2", "failures_heldout3", "failures_heldout4", "failures_heldout5", "failures_heldout6", "failures_heldout7", "failures_heldout8", "failures_heldout9", "failures_heldout10", "failures_heldout11", "failures_heldout12", "failures_heldout13", "failures_heldout14", "failures_heldout15", "failures_heldout16", "failures_heldout17", "failures_heldout18", "failures_heldout19", "failures_heldout20", "failures_heldout21", "failures_heldout22", "failures_heldout23", "failures_heldout24", "failures_heldout25", "failures_heldout26", "failures_heldout27", "failures_heldout28", "failures_heldout29", "failures_heldout30", "failures_heldout31", "failures_heldout32", "failures_heldout33", "failures_heldout34", "failures_heldout35", "failures_heldout36", "failures_heldout37", "failures_heldout38", "failures_heldout39", "failures_heldout40", "failures_heldout41", "failures_heldout42", "failures_heldout43", "failures_heldout44", "failures_heldout45", "failures_heldout46", "failures_heldout47", "failures_heldout48", "failures_heldout49", "failures_heldout50", "failures_heldout51", "failures_heldout52", "failures_heldout53", "failures_heldout54", "failures_heldout55", "failures_heldout56", "failures_heldout57", "failures_heldout58", "failures_heldout59") for p in sorted((DATA / d).glob("*.json"))]
+CASES = [p for d in ("failures", "failures_heldout", "failures_heldout2", "failures_heldout3", "failures_heldout4", "failures_heldout5", "failures_heldout6", "failures_heldout7", "failures_heldout8", "failures_heldout9", "failures_heldout10", "failures_heldout11", "failures_heldout12", "failures_heldout13", "failures_heldout14", "failures_heldout15", "failures_heldout16", "failures_heldout17", "failures_heldout18", "failures_heldout19", "failures_heldout20", "failures_heldout21", "failures_heldout22", "failures_heldout23", "failures_heldout24", "failures_heldout25", "failures_heldout26", "failures_heldout27", "failures_heldout28", "failures_heldout29", "failures_heldout30", "failures_heldout31", "failures_heldout32", "failures_heldout33", "failures_heldout34", "failures_heldout35", "failures_heldout36", "failures_heldout37", "failures_heldout38", "failures_heldout39", "failures_heldout40", "failures_heldout41", "failures_heldout42", "failures_heldout43", "failures_heldout44", "failures_heldout45", "failures_heldout46", "failures_heldout47", "failures_heldout48", "failures_heldout49", "failures_heldout50", "failures_heldout51", "failures_heldout52", "failures_heldout53", "failures_heldout54", "failures_heldout55", "failures_heldout56", "failures_heldout57", "failures_heldout58", "failures_heldout59", "failures_heldout60") for p in sorted((DATA / d).glob("*.json"))]
 
 
 def run(lines, keep=None) -> dict:
@@ -93,6 +93,9 @@ def read_like_analyze(path: Path) -> dict:
 
 # known misses (docs/failures.md)
 KNOWN_MISSES = {
+    # round 60 (session 17, crafted; after tuning): config.json's "architectures" given as a string fails ModelConfig's
+    # validation, labeled model; a pydantic item names no file, and the field is not one a rule can tell from a flag
+    "r60_20_config_arch_string",
     # round 58 (session 17, posted on web pages; after tuning): r58_06 and r58_11 are whole tracebacks a site stored
     # joined on one line (the second also elided with "…"); r58_14 is a post cut before its error with nothing that
     # shows the start failed (the tool says the log is incomplete); r58_17's class (the label says config, a CANN
@@ -146,7 +149,6 @@ KNOWN_MISSES = {
     # rounds 37-38 (session 8 first pass, on every session-8 failure rule incl. s8/fail3)
     "r37_01_v066_serve_s3_runai_streamer_could_not_send_runai_request_file_access_error",
     "r37_09_v05x_feature_thread_rank0_deepseek_coder_v2_awq_pack_params_mergedcolumnparallellinear_no_weight",
-    "r37_11_pr_v1_jan2026_a100_serve_qwen3_fp8_block_compressed_tensors_w8a16_unsupported_weight_strategy_block",
     "r38_02_ascend_v0101rc1_two_nodes_deepseek_v31_w8a8_worker_hccl_transport_init_create_dest_error",
     "r38_12_qwen3_coder_480b_fp8_h20e_tp8_ep_fused_moe_triton_out_of_resource_shared_memory",
     "r38_14_gpustack_rtx4090_vllm_serve_cosyvoice_300m_could_not_determine_model_type_quoted",

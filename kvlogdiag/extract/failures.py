@@ -73,10 +73,12 @@ _STARTED = ("Application startup complete", "Uvicorn running on", *_HTTP_STARTIN
 _UVICORN_SHUTDOWN = "INFO:     Shutting down"
 # lines that say nothing of a server serving, between vLLM's "Starting vLLM server on" and uvicorn's start: the engine
 # stopping because its API server is going away (vllm 0.20.2 v1/engine/core.py:1238/1261 `_handle_shutdown`,
-# v1/executor/multiproc_executor.py:775 `death_pipe_monitor`, :872), CPython's multiprocessing announcing a child's
-# traceback ("Process VllmWorker-0:", multiprocessing/process.py `_bootstrap`) and a traceback's own lines
+# v1/executor/multiproc_executor.py:775 `death_pipe_monitor`, :872; 0.23.0 tags its shutdown steps "[shutdown] …":
+# v1/engine/core_client.py:652-659, v1/engine/core.py:1179-1328, v1/utils.py:448-476), CPython's multiprocessing
+# announcing a child's traceback ("Process VllmWorker-0:", multiprocessing/process.py `_bootstrap`) and a traceback's
+# own lines
 _NOT_SERVING = recache.compile(
-    r"^(?:Shutdown initiated \(timeout=|Shutdown complete$|Aborting \d+ requests$|Parent process exited, terminating worker "
+    r"^(?:\[shutdown\] |Shutdown initiated \(timeout=|Shutdown complete$|Aborting \d+ requests$|Parent process exited, terminating worker "
     r"queues|WorkerProc shutting down\.|Process [\w-]+:$|Traceback \(most recent call last\)|File \"|\s|\^+$"
     r"|(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)(?::|$))")
 # a NIXL status name alone on a line. NIXL's UCX backend turns every UCX status it has no name for into
