@@ -40,11 +40,6 @@ _STATES = {
     "VLLM_USE_V1=1 is not supported with": "VLLM_USE_V1",
     # vllm 0.34.0 platforms/interface.py:1480-1485: the value is os.environ's, the variable is set
     "VLLM_USE_V2_MODEL_RUNNER={value} is no longer supported": "VLLM_USE_V2_MODEL_RUNNER",
-    # the quantization methods (harvested from session 17 on) raise these only on the path the variable's value selects:
-    # vllm 0.34.0 layers/quantization/online/fp8_requant.py:175-179 (the MXFP4 requant method), inc/schemes/
-    # inc_wna16_scheme.py:43, :52, :80-95, :170-183 and inc_w4a8_linear.py:62 (`backend = envs.VLLM_XPU_INC_WNA16_BACKEND`)
-    "VLLM_FP8_MOE_REQUANT=mxfp4 needs an MXFP4 MoE backend": "VLLM_FP8_MOE_REQUANT",
-    "VLLM_XPU_INC_WNA16_BACKEND=": "VLLM_XPU_INC_WNA16_BACKEND",
 }
 
 

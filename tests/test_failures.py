@@ -149,6 +149,7 @@ KNOWN_MISSES = {
     # rounds 37-38 (session 8 first pass, on every session-8 failure rule incl. s8/fail3)
     "r37_01_v066_serve_s3_runai_streamer_could_not_send_runai_request_file_access_error",
     "r37_09_v05x_feature_thread_rank0_deepseek_coder_v2_awq_pack_params_mergedcolumnparallellinear_no_weight",
+    "r37_11_pr_v1_jan2026_a100_serve_qwen3_fp8_block_compressed_tensors_w8a16_unsupported_weight_strategy_block",
     "r38_02_ascend_v0101rc1_two_nodes_deepseek_v31_w8a8_worker_hccl_transport_init_create_dest_error",
     "r38_12_qwen3_coder_480b_fp8_h20e_tp8_ep_fused_moe_triton_out_of_resource_shared_memory",
     "r38_14_gpustack_rtx4090_vllm_serve_cosyvoice_300m_could_not_determine_model_type_quoted",

@@ -171,8 +171,8 @@ def test_an_error_building_the_quantization_config_is_the_quantizations():
              api + "    return quant_cls()",
              api + "TypeError: TorchAOConfig.__init__() missing 1 required positional argument: 'torchao_config'"])
     assert r["cause_class"] == "quant"
-    # a quantization method's own raise text (harvested from layers/quantization/ since session 17) names its class
-    # through pydantic's wrapper too (vllm 0.23.0 layers/quantization/awq.py:53-57)
+    # a quantization method refusing the checkpoint's bit width, through pydantic's wrapper (vllm 0.23.0
+    # layers/quantization/awq.py:53-57)
     r = run([api + "pydantic_core._pydantic_core.ValidationError: 1 validation error for VllmConfig",
              api + "  Value error, Currently, only 4-bit weight quantization is supported for AWQ, but got 3 bits. "
                    "[type=value_error, input_value=ArgsKwargs((), {}), input_type=ArgsKwargs]"])

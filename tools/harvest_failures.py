@@ -42,8 +42,6 @@ _STARTUP = re.compile(
     r"config(?:s)?(?:/|\.py)|engine/(?:arg_utils|llm_engine|async_llm_engine|multiprocessing/engine)\.py"
     r"|v1/engine/(?:core|core_client|utils|async_llm|llm_engine)\.py|v1/core/|core/(?:scheduler|block_manager)"
     r"|worker/|v1/worker/|executor/|v1/executor/|platforms/|attention/(?:selector|backends)|v1/attention/"
-    # the quantization methods' configs, built from the checkpoint's quantization_config while the config is validated
-    r"|model_executor/layers/quantization/"
     r"|distributed/|model_executor/model_loader/|model_executor/models/registry\.py|transformers_utils/"
     r"|entrypoints/(?:openai/api_server|cli/serve|api_server|launchers/|utils)|utils(?:/|\.py)|envs\.py"
     r"|ascend_config\.py|platform\.py|worker/|core/|distributed/|attention/|patch/platform/"
