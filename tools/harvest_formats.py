@@ -355,13 +355,16 @@ def _members(path: Path):
                     yield m.group(1), fh.read()
 
 
+_PRERELEASE = re.compile(r"(rc|dev|a|b)\d*$")
+
+
 def _newest_rc(pkg: str, versions: list[str]) -> str | None:
     """vLLM-Ascend's newest release candidate when it is newer than all its final releases: since 0.23.0 the project
     has published release candidates only (0.24.0rc1, 0.25.1rc1, 0.26.0rc1 on the index, 2026-12-04), and those are
     what its users run. None for vllm, whose releases are final."""
     if pkg != "vllm-ascend":
         return None
-    finals = [v for v in versions if not re.search(r"(rc|dev|a|b)\d*$", v)]
+    finals = [v for v in versions if not _PRERELEASE.search(v)]
     rcs = [v for v in versions if re.search(r"rc\d*$", v)]
     top = max(rcs, key=_vkey, default=None)
     return top if top is not None and (not finals or _vkey(top) > max(_vkey(v) for v in finals)) else None
@@ -378,7 +381,7 @@ def select_sdists(folder: Path, every: bool = False) -> list[tuple[str, str, Pat
         m = _VERSION_FILE.match(p.name)
         if not m:
             continue
-        if re.search(r"(rc|dev|a|b)\d*$", m.group("ver")) and m.group("ver") not in rc_ok.values():
+        if _PRERELEASE.search(m.group("ver")) and m.group("ver") not in rc_ok.values():
             continue
         pkg = "vllm-ascend" if "ascend" in m.group("pkg").lower() else "vllm"
         ver = m.group("ver")
@@ -515,7 +518,7 @@ def download(folder: Path, jobs: int = 3, log=print) -> None:
         last: dict[str, str] = {}
         versions = _index_versions(pkg)
         for v in versions:
-            if re.search(r"(rc|dev|a|b)\d*$", v) or (pkg == "vllm" and _vkey(v) < _vkey("0.2")):
+            if _PRERELEASE.search(v) or (pkg == "vllm" and _vkey(v) < _vkey("0.2")):
                 continue
             if _minor(v) not in last or _vkey(v) > _vkey(last[_minor(v)]):
                 last[_minor(v)] = v

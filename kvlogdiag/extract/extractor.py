@@ -659,8 +659,7 @@ class Extractor:
     # (VLLM_USE_V2_MODEL_RUNNER=1)" names in brackets the value that gives what is required (vllm-ascend 0.30.0rc2
     # platform.py:957)
     _ENV_ADVICE = recache.compile(
-        r"(?i)(?:\bset(?:ting)?(?: the env(?:ironment)?(?: var(?:iable)?)?:?)?|(?:`|\bby |\bplease )export|\brun with|\brequires|\bor"
-        r"|\brequires [^()\n]{1,40}\("
+        r"(?i)(?:\bset(?:ting)?(?: the env(?:ironment)?(?: var(?:iable)?)?:?)?|(?:`|\bby |\bplease )export|\brun with|\brequires(?: [^()\n]{1,40}\()?|\bor"
         r"|\bkeep|\bremove|\bwithout|\buse|\benable \w+ with)\s*[`'\"(]?$")
 
     def _env_iter(self, text: str):

@@ -79,8 +79,7 @@ _UVICORN_SHUTDOWN = "INFO:     Shutting down"
 # own lines
 _NOT_SERVING = recache.compile(
     r"^(?:\[shutdown\] |Shutdown initiated \(timeout=|Shutdown complete$|Aborting \d+ requests$|Parent process exited, terminating worker "
-    r"queues|WorkerProc shutting down\.|Process [\w-]+:$|Traceback \(most recent call last\)|File \"|\s|\^+$"
-    r"|(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)(?::|$))")
+    r"queues|WorkerProc shutting down\.|Process [\w-]+:$|Traceback \(most recent call last\)|\s|\^+$)")
 # a NIXL status name alone on a line. NIXL's UCX backend turns every UCX status it has no name for into
 # NIXL_ERR_BACKEND (ai-dynamo/nixl src/plugins/ucx/ucx_enums.cpp:41-62 `ucxStatusToNixlStatus`, the default at :58-60,
 # commit 3f26cd6b): the UCX ERROR record just before it (`_UCX`) is the failure itself
@@ -329,6 +328,16 @@ _EASYLOG = recache.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6} (?P<level>ER
 _CANN_ERRMGR = recache.compile(r"^(?P<code>E[0-9A-Z]\d{4}): (?P<msg>.*?)\s*$")
 _CANN_LOC = recache.compile(r"(?:\[(?:FUNC|FILE|LINE):[^\]]*\])+\s*$")
 _CANN_PID = recache.compile(r"^\[PID: \d+\] (?:\d{4}-\d\d-\d\d-\d\d:\d\d:\d\d[.\d]* )?")
+
+
+def _cann_message(text: str, code: str) -> str:
+    """The message CANN's error manager prints under its "<code>: Inner Error!" head, without the record's own code,
+    PID and time ("EZ9999: [PID: 62938] 2025-05-27-06:52:12.455.807 <message>") and its [FUNC:…][FILE:…][LINE:…] tail."""
+    if text.startswith(code + ": "):
+        text = _CANN_PID.sub("", text[len(code) + 2:])
+    return _CANN_LOC.sub("", text).strip()
+
+
 _CANN_INNER_TAIL = recache.compile(r"(?P<code>E[0-9A-Z]\d{4}): Inner Error!$")
 # torch_npu's failed ACL call: "<func>:<file>:<line> NPU function error: <call>, error code is 207008"
 _NPU_CODE = recache.compile(r"NPU function error: .{0,300}, error code is \d+\s*$")
@@ -685,7 +694,7 @@ class StartupTracker:
                 self._native_bare = self._candidate(line, process_of(line), msg_c, self.cat.match(msg_c), None, "unknown",
                                                     {"native_record": f"CANN {ce.group('code')}"}, None)
         elif (ci := self._cann_inner) is not None and line.number == ci[0] + 1 and process_of(line) == ci[1] \
-                and self._native_bare is None and self.cause is None and (msg_i := _CANN_LOC.sub("", text).strip()):
+                and self._native_bare is None and self.cause is None and (msg_i := _cann_message(text, ci[2])):
             # the message under the error manager's "Inner Error!" head
             self._cann_inner = None
             self._native_bare = self._candidate(line, ci[1], msg_i, self.cat.match(msg_i), None, "unknown",
@@ -1195,21 +1204,21 @@ class StartupTracker:
             # the message of one of vLLM's raises printed without its exception name (a print, a relay, a line
             # a reporter quotes whole: "Speculative decoding is not yet supported on VLLM V1")
             self._bare = self._candidate(line, proc, unq, None, None, "unknown", {}, None)
-        elif em and exc and not _WARNING_EXC.search(exc) and not vm and self._bare is None and tb is None \
-                and not (em.group("msg") or em.group("repr")) and not exc.endswith(("KeyboardInterrupt", "SystemExit", "CancelledError")):
-            # an exception's name alone (`AssertionError`), with no message and no traceback around it: a start failed,
-            # but what failed and where is in the lines the paste left out
-            if self._nomsg is None:
-                self._nomsg = (line.number, line.rank, line.raw, exc)
         elif em and exc and not _WARNING_EXC.search(exc) and not vm and self._bare is None \
                 and not exc.endswith(("KeyboardInterrupt", "SystemExit", "CancelledError")):
-            # no evidence it is log output: the cause only if nothing better shows (a one-line paste)
-            self._bare = self._candidate(self._first_statement(line, proc, body_s, exc), proc, body_s, None, exc, "unknown",
-                                         {}, None)
-            self._continue = (self._bare, line.number, proc, level, 2)
-            self._watch_npu(self._bare, line.number, proc)
-            if len(line.raw) >= 60:
-                self._join_from = line.number
+            if tb is None and not (em.group("msg") or em.group("repr")):
+                # an exception's name alone (`AssertionError`), with no message and no traceback around it: a start
+                # failed, but what failed and where is in the lines the paste left out
+                if self._nomsg is None:
+                    self._nomsg = (line.number, line.rank, line.raw, exc)
+            else:
+                # no evidence it is log output: the cause only if nothing better shows (a one-line paste)
+                self._bare = self._candidate(self._first_statement(line, proc, body_s, exc), proc, body_s, None, exc,
+                                             "unknown", {}, None)
+                self._continue = (self._bare, line.number, proc, level, 2)
+                self._watch_npu(self._bare, line.number, proc)
+                if len(line.raw) >= 60:
+                    self._join_from = line.number
         elif em is None and level in ("ERROR", "CRITICAL") and tb is None and self._error_line is None and not echo \
                 and death is None and _ATTR_MSG.match(body_s) and _HEAD_ANY.search(text, 0, HEAD_WINDOW):
             # an ERROR record that is Python's AttributeError text without its name (V0's engine logs str(e)):
@@ -1396,7 +1405,7 @@ class StartupTracker:
             if not body.startswith(code + ": "):
                 self._npu_more = None
                 return False
-            more = _CANN_LOC.sub("", _CANN_PID.sub("", body[len(code) + 2:])).strip()
+            more = _cann_message(body, code)
         self._npu_more = None
         if not more:
             return False
@@ -1411,7 +1420,8 @@ class StartupTracker:
     def _lifespan_step(self, line: Line, text: str) -> None:
         # uvicorn runs the app's start-up before it binds the socket (vLLM < 0.6.4 let uvicorn bind):
         # only a bind error can still fail the start
-        if self._http_starting and _NOT_SERVING.search(split_level(text)[1]) is not None:
+        body = split_level(text)[1]
+        if self._http_starting and (_NOT_SERVING.search(body) or _FRAME.match(body) or _EXC.match(body)):
             # vLLM logged that it starts its HTTP server, and the engine is stopping / a process prints a traceback:
             # no sign the server serves (the API server's own failure, e.g. uvicorn's Config.load, prints last)
             return
